@@ -1,0 +1,89 @@
+"""Group-relative advantages: the one place where GRPO and Dr.GRPO differ in their baseline.
+
+See ``docs``: the background for this project (section 1 of the GRPO background note) and
+Liu et al., "Understanding R1-Zero-Like Training: A Critical Perspective" (arXiv 2503.20783).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def combine_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted sum of several reward functions' scores, one total per completion.
+
+    A reward function may return ``None`` (NaN here) for a completion it cannot score; such entries are skipped in
+    the sum. A completion that *every* function left unscored stays NaN, so that ``group_advantages`` can leave it
+    out of its group's statistics instead of treating it as a reward of 0. This is TRL's ``sum_then_normalize``
+    aggregation (``GRPOTrainer._generate_and_score_completions``).
+
+    Args:
+        rewards_per_func: ``(N, F)`` scores of ``F`` reward functions on ``N`` completions.
+        weights: ``(F,)`` weight of each reward function.
+    """
+    weighted = rewards_per_func * weights.to(rewards_per_func.device, rewards_per_func.dtype).unsqueeze(0)
+    total = weighted.nansum(dim=1)
+    total[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return total
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    *,
+    scale_by_std: bool = True,
+    std_ddof: int = 1,
+    epsilon: float = 1e-4,
+) -> torch.Tensor:
+    """Group-relative advantage of every completion, ``A_i = (R_i - mean_g(R)) / (std_g(R) + eps)``.
+
+    Sources: GRPO, Shao et al., "DeepSeekMath" (arXiv 2402.03300), eq. for outcome supervision; Dr.GRPO,
+    Liu et al. (arXiv 2503.20783), section 3.2, which drops the std division (``scale_by_std=False``:
+    ``A_i = R_i - mean_g(R)``) because it up-weights questions that are too easy or too hard.
+
+    Conventions differ between implementations only when ``scale_by_std`` is on:
+    TRL ``GRPOTrainer``: ``std_ddof=1, epsilon=1e-4`` (the defaults here); verl ``compute_grpo_outcome_advantage``:
+    ``std_ddof=1, epsilon=1e-6``; population std as in the hand-computed reference: ``std_ddof=0, epsilon=1e-8``.
+
+    Args:
+        rewards: flat ``(N,)`` tensor of total rewards, the ``group_size`` completions of one prompt contiguous
+            (TRL's ``RepeatSampler`` order). NaN marks a completion that could not be scored.
+        group_size: completions per prompt (TRL ``num_generations``, verl ``rollout.n``).
+        scale_by_std: divide by the group's std (GRPO) or not (Dr.GRPO).
+        std_ddof: delta degrees of freedom of the std (0: population std, 1: Bessel-corrected sample std).
+        epsilon: added to the std before dividing, so that an all-equal group gives 0 rather than NaN.
+
+    Returns:
+        ``(N,)`` float tensor. NaN rewards are excluded from their group's mean and std and get advantage 0.
+        A group with fewer than ``std_ddof + 1`` scored samples has std 0. An all-equal group gives all zeros.
+        ``group_size == 1`` follows verl's single-sample rule (``mean = 0``, ``std = 1``): the advantage is the raw
+        reward (divided by ``1 + epsilon`` when scaling), since a lone sample has no siblings to compare with.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if rewards.dim() != 1 or rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"rewards must be a flat tensor whose length is a multiple of group_size={group_size}, "
+            f"got shape {tuple(rewards.shape)}"
+        )
+    rewards = rewards.float()
+    grouped = rewards.view(-1, group_size)
+    valid = ~torch.isnan(grouped)
+
+    if group_size == 1:
+        mean = torch.zeros_like(grouped)
+        std = torch.ones_like(grouped)
+    else:
+        count = valid.sum(dim=1, keepdim=True)
+        filled = torch.where(valid, grouped, torch.zeros_like(grouped))
+        mean = filled.sum(dim=1, keepdim=True) / count.clamp(min=1)
+        squared = torch.where(valid, (grouped - mean) ** 2, torch.zeros_like(grouped))
+        dof = (count - std_ddof).clamp(min=1)
+        std = torch.sqrt(squared.sum(dim=1, keepdim=True) / dof)
+        std = torch.where(count > std_ddof, std, torch.zeros_like(std))
+
+    advantages = grouped - mean
+    if scale_by_std:
+        advantages = advantages / (std + epsilon)
+    advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
+    return advantages.view(-1)

@@ -1,0 +1,61 @@
+"""Parsing a recipe: a YAML file plus command-line overrides, into (script, trainer, model) arguments."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+import yaml
+from trl import ModelConfig, TrlParser
+
+from drgrpo.config import DrGRPOConfig, ScriptArguments
+
+
+def make_parser() -> TrlParser:
+    return TrlParser((ScriptArguments, DrGRPOConfig, ModelConfig))
+
+
+def _known_keys(parser: TrlParser) -> set[str]:
+    return {action.dest for action in parser._actions}
+
+
+def _unknown_key_error(key: str, known: set[str], where: str) -> ValueError:
+    close = difflib.get_close_matches(key, sorted(known), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ValueError(f"Unknown key {key!r} in {where}.{hint} Run `python scripts/train.py --help` for all keys.")
+
+
+def recipe_argv(argv: Sequence[str]) -> list[str]:
+    """Accept the recipe path as the first positional argument (`train.py RECIPE.yaml --key value`)."""
+    argv = list(argv)
+    if argv and argv[0].endswith((".yaml", ".yml")) and "--config" not in argv:
+        argv = ["--config", argv[0], *argv[1:]]
+    return argv
+
+
+def check_keys(parser: TrlParser, argv: Sequence[str]) -> None:
+    """Raise a `ValueError` naming any recipe or command-line key that no dataclass knows, with the closest match."""
+    known = _known_keys(parser) | {"env"}
+    argv = list(argv)
+    if "--config" in argv:
+        path = argv[argv.index("--config") + 1]
+        with open(path) as f:
+            recipe = yaml.safe_load(f) or {}
+        if not isinstance(recipe, dict):
+            raise ValueError(f"Recipe {path} must be a YAML mapping of key: value.")
+        for key in recipe:
+            if key not in known:
+                raise _unknown_key_error(key, known, f"recipe {path}")
+    for token in argv:
+        if token.startswith("--"):
+            key = token[2:].split("=", 1)[0]
+            if key != "config" and key.replace("-", "_") not in known and key not in known:
+                raise _unknown_key_error(key, known, "the command line")
+
+
+def parse_recipe(argv: Sequence[str]) -> tuple[ScriptArguments, DrGRPOConfig, ModelConfig]:
+    """Parse `RECIPE.yaml [--key value ...]` (or `--config RECIPE.yaml ...`) into the three argument objects."""
+    parser = make_parser()
+    argv = recipe_argv(argv)
+    check_keys(parser, argv)
+    return parser.parse_args_and_config(argv)

@@ -1,0 +1,166 @@
+"""Configuration: the Dr.GRPO switch (`DrGRPOConfig`) and the train script's own arguments (`ScriptArguments`).
+
+The Dr.GRPO switch is resolved here, once, so that the trainer and everything after it only sees TRL's plain
+settings (`scale_rewards`, `loss_type`, `beta`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+# What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
+DR_GRPO_SETTINGS: dict[str, Any] = {"scale_rewards": "none", "loss_type": "dr_grpo", "beta": 0.0}
+# TRL 1.16's defaults for the same three keys, used when `dr_grpo` is off and the recipe leaves them unset.
+TRL_DEFAULTS: dict[str, Any] = {"scale_rewards": "group", "loss_type": "dapo", "beta": 0.0}
+
+_SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false": "none"}
+
+
+@dataclass
+class DrGRPOConfig(GRPOConfig):
+    """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
+
+    `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
+    (each completion's token-loss sum divided by the constant `max_completion_length`, averaged over completions)
+    and `beta=0.0` (no KL term, so no reference model). Setting any of the three to another value as well is an
+    error rather than a silent override: a half-applied Dr.GRPO (e.g. the length-unbiased loss with std-scaled
+    advantages) is a different algorithm.
+
+    `scale_rewards`, `loss_type` and `beta` default to `None` here, meaning "not set by the recipe"; after
+    `__post_init__` they always hold the resolved values (TRL's defaults when `dr_grpo` is off).
+
+    `advantage_std_ddof` and `advantage_epsilon` select the std convention used when advantages *are* scaled
+    (GRPO): TRL's (1, 1e-4, the defaults), verl's (1, 1e-6) or the population std of the reference table (0, 1e-8).
+    """
+
+    dr_grpo: bool = field(
+        default=False,
+        metadata={
+            "help": "Use Dr.GRPO (Liu et al. 2025): scale_rewards='none', loss_type='dr_grpo', beta=0.0. Setting one "
+            "of those three to a different value as well is an error."
+        },
+    )
+    scale_rewards: str | None = field(
+        default=None,
+        metadata={
+            "help": "How group advantages are scaled: 'group' (divide by the group's std, GRPO), 'batch' or 'none' "
+            "(Dr.GRPO). Unset: 'none' with dr_grpo, else TRL's default 'group'."
+        },
+    )
+    loss_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "How token losses are aggregated (TRL loss_type: grpo, dapo, bnpo, dr_grpo, ...). Unset: "
+            "'dr_grpo' with dr_grpo, else TRL's default 'dapo'."
+        },
+    )
+    beta: float | None = field(
+        default=None,
+        metadata={"help": "KL coefficient. Unset: 0.0 (no reference model). dr_grpo requires 0.0."},
+    )
+    advantage_std_ddof: int = field(
+        default=1,
+        metadata={
+            "help": "Delta degrees of freedom of the group std when advantages are std-scaled: 1 (sample std; TRL, "
+            "verl) or 0 (population std)."
+        },
+    )
+    advantage_epsilon: float = field(
+        default=1e-4,
+        metadata={"help": "Added to the group std before dividing: 1e-4 (TRL), 1e-6 (verl), 1e-8 (reference table)."},
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scale_rewards, (bool, str)):
+            key = self.scale_rewards.lower() if isinstance(self.scale_rewards, str) else self.scale_rewards
+            self.scale_rewards = _SCALE_REWARDS_ALIASES.get(key, self.scale_rewards)
+        if self.beta is not None:
+            self.beta = float(self.beta)
+        resolve_dr_grpo(self)
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ValueError(
+                f"num_generations={self.num_generations}: GRPO needs at least 2 completions per prompt. The advantage "
+                "compares each completion with its siblings; a group of one has no baseline and carries no learning "
+                "signal. Set num_generations to 8 or more (papers use 8-64)."
+            )
+        if self.advantage_std_ddof not in (0, 1):
+            raise ValueError(f"advantage_std_ddof must be 0 or 1, got {self.advantage_std_ddof}.")
+        if self.advantage_epsilon < 0:
+            raise ValueError(f"advantage_epsilon must be >= 0, got {self.advantage_epsilon}.")
+        super().__post_init__()
+
+    @property
+    def algorithm_summary(self) -> str:
+        """One line naming the resolved algorithm, logged by the trainer at start-up."""
+        name = "Dr.GRPO" if self.dr_grpo else "GRPO"
+        parts = [f"scale_rewards={self.scale_rewards}", f"loss_type={self.loss_type}", f"beta={self.beta}"]
+        if self.loss_type == "dr_grpo":
+            parts.append(f"loss constant={self.max_completion_length}")
+        if self.scale_rewards != "none":
+            parts.append(f"std ddof={self.advantage_std_ddof}, eps={self.advantage_epsilon:g}")
+        return f"algorithm: {name} ({', '.join(parts)})"
+
+
+def resolve_dr_grpo(config: DrGRPOConfig) -> None:
+    """Fill `scale_rewards`, `loss_type` and `beta` from the `dr_grpo` switch, or raise on a contradiction."""
+    if config.dr_grpo:
+        for key, required in DR_GRPO_SETTINGS.items():
+            value = getattr(config, key)
+            if value is not None and value != required:
+                raise ValueError(
+                    f"{key}={value!r} contradicts dr_grpo=true, which requires {key}={required!r}. Remove {key} from "
+                    f"the recipe/command line (dr_grpo sets it), or set dr_grpo: false to run that variant."
+                )
+            setattr(config, key, required)
+        if config.multi_objective_aggregation == "normalize_then_sum":
+            raise ValueError(
+                "multi_objective_aggregation='normalize_then_sum' contradicts dr_grpo=true: it divides every reward "
+                "by its group std whatever scale_rewards says. Use multi_objective_aggregation: sum_then_normalize."
+            )
+    else:
+        for key, default in TRL_DEFAULTS.items():
+            if getattr(config, key) is None:
+                setattr(config, key, default)
+
+
+@dataclass
+class ScriptArguments:
+    """Arguments of `scripts/train.py` that are not trainer or model settings: data, prompts and rewards.
+
+    The dataset is a hub id (`dataset_name`) or a local file/folder (`dataset_path`); its question and gold-answer
+    columns are mapped onto the canonical `prompt` and `answer` columns that the trainer and the rewards see.
+    """
+
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Hub dataset id, e.g. 'DigitalLearningGmbH/MATH-lighteval'."}
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    dataset_path: str | None = field(
+        default=None, metadata={"help": "Local .jsonl/.json/.parquet/.csv file, or a folder of them."}
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split used for training."})
+    dataset_test_split: str | None = field(
+        default=None, metadata={"help": "Optional held-out split for evaluation during training."}
+    )
+    prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the question."})
+    answer_column: str = field(default="answer", metadata={"help": "Dataset column holding the gold answer."})
+    prompt_template: str = field(
+        default="chat",
+        metadata={"help": "How a question becomes a prompt: 'chat', 'r1', 'qwen_math' or 'plain'."},
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "System message for the 'chat' template (None: no system message)."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Keep only the first N training rows after shuffling (None: all)."}
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["accuracy"],
+        metadata={
+            "help": "Reward functions: built-in names (see rewards/), 'package.module:function' or "
+            "'path/to/file.py:function'. Weights go in reward_weights, aligned with this list."
+        },
+    )

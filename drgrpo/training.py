@@ -1,0 +1,58 @@
+"""One training run: model + tokenizer, prompt dataset, reward functions, `DrGRPOTrainer`, resume, save."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from transformers import AutoTokenizer
+from transformers.trainer_utils import get_last_checkpoint
+from trl import ModelConfig, get_peft_config
+
+from drgrpo.config import DrGRPOConfig, ScriptArguments
+from drgrpo.data import load_prompt_dataset
+from drgrpo.trainer import DrGRPOTrainer
+from rewards import get_reward_funcs
+
+logger = logging.getLogger(__name__)
+
+
+def model_init_kwargs(model_args: ModelConfig) -> dict:
+    """`from_pretrained` keyword arguments from the recipe's model settings."""
+    kwargs = {"revision": model_args.model_revision}
+    if model_args.dtype not in (None, "auto"):
+        kwargs["dtype"] = model_args.dtype
+    if model_args.attn_implementation is not None:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
+def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args: ModelConfig) -> DrGRPOTrainer:
+    """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint."""
+    if not model_args.model_name_or_path:
+        raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
+    training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
+    reward_funcs = get_reward_funcs(script_args.reward_funcs)
+
+    trainer = DrGRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+
+    last_checkpoint = get_last_checkpoint(training_args.output_dir) if os.path.isdir(training_args.output_dir) else None
+    if last_checkpoint is not None:
+        logger.warning("Resuming from checkpoint %s", last_checkpoint)
+    trainer.train(resume_from_checkpoint=last_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(training_args.output_dir)
+    return trainer

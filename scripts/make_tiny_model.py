@@ -1,0 +1,20 @@
+"""Build the tiny random-weight Qwen3 model and tokenizer used by the demo and the tests.
+
+python scripts/make_tiny_model.py outputs/tiny-model [--seed 0]
+"""
+
+import argparse
+
+from drgrpo.tiny import build_tiny_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(build_tiny_model(args.output_dir, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()
