@@ -11,6 +11,9 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from drgrpo.data import DataArguments
+from rewards import RewardArguments
+
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
 DR_GRPO_SETTINGS: dict[str, Any] = {"scale_rewards": "none", "loss_type": "dr_grpo", "beta": 0.0}
 # TRL 1.16's defaults for the same three keys, used when `dr_grpo` is off and the recipe leaves them unset.
@@ -127,40 +130,6 @@ def resolve_dr_grpo(config: DrGRPOConfig) -> None:
 
 
 @dataclass
-class ScriptArguments:
-    """Arguments of `scripts/train.py` that are not trainer or model settings: data, prompts and rewards.
-
-    The dataset is a hub id (`dataset_name`) or a local file/folder (`dataset_path`); its question and gold-answer
-    columns are mapped onto the canonical `prompt` and `answer` columns that the trainer and the rewards see.
-    """
-
-    dataset_name: str | None = field(
-        default=None, metadata={"help": "Hub dataset id, e.g. 'DigitalLearningGmbH/MATH-lighteval'."}
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    dataset_path: str | None = field(
-        default=None, metadata={"help": "Local .jsonl/.json/.parquet/.csv file, or a folder of them."}
-    )
-    dataset_train_split: str = field(default="train", metadata={"help": "Split used for training."})
-    dataset_test_split: str | None = field(
-        default=None, metadata={"help": "Optional held-out split for evaluation during training."}
-    )
-    prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the question."})
-    answer_column: str = field(default="answer", metadata={"help": "Dataset column holding the gold answer."})
-    prompt_template: str = field(
-        default="chat",
-        metadata={"help": "How a question becomes a prompt: 'chat', 'r1', 'qwen_math' or 'plain'."},
-    )
-    system_prompt: str | None = field(
-        default=None, metadata={"help": "System message for the 'chat' template (None: no system message)."}
-    )
-    max_train_samples: int | None = field(
-        default=None, metadata={"help": "Keep only the first N training rows after shuffling (None: all)."}
-    )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["accuracy"],
-        metadata={
-            "help": "Reward functions: built-in names (see rewards/), 'package.module:function' or "
-            "'path/to/file.py:function'. Weights go in reward_weights, aligned with this list."
-        },
-    )
+class ScriptArguments(DataArguments, RewardArguments):
+    """Arguments of `scripts/train.py` that are neither trainer nor model settings: the data and prompt settings
+    (`drgrpo.data.DataArguments`) and the reward settings (`rewards.RewardArguments`)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from math_verify import parse, verify
 
@@ -32,6 +33,19 @@ def accuracy(completions: list, answer: list, **kwargs) -> list[float | None]:
         candidate = numbers[-1] if numbers else text
         scores.append(1.0 if verify(gold_parsed, parse(candidate)) else 0.0)
     return scores
+
+
+@dataclass
+class RewardArguments:
+    """Which reward functions a recipe uses (their weights are TRL's `reward_weights`)."""
+
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["accuracy"],
+        metadata={
+            "help": "Reward functions: built-in names (see rewards/), 'package.module:function' or "
+            "'path/to/file.py:function'. Weights go in reward_weights, aligned with this list."
+        },
+    )
 
 
 REGISTRY: dict[str, Callable] = {"accuracy": accuracy}
