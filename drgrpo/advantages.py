@@ -66,7 +66,7 @@ def group_advantages(
             f"rewards must be a flat tensor whose length is a multiple of group_size={group_size}, "
             f"got shape {tuple(rewards.shape)}"
         )
-    rewards = rewards.float()
+    rewards = rewards if rewards.is_floating_point() else rewards.float()
     grouped = rewards.view(-1, group_size)
     valid = ~torch.isnan(grouped)
 
@@ -87,3 +87,21 @@ def group_advantages(
         advantages = advantages / (std + epsilon)
     advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
     return advantages.view(-1)
+
+
+def advantage_table(rewards: list[float], *, std_ddof: int = 1, epsilon: float = 1e-4) -> str:
+    """A plain-text table of one group: reward, GRPO advantage, Dr.GRPO advantage, reinforced or not; mean and std."""
+    tensor = torch.tensor(rewards, dtype=torch.float64)
+    grpo = group_advantages(tensor, len(rewards), scale_by_std=True, std_ddof=std_ddof, epsilon=epsilon)
+    dr_grpo = group_advantages(tensor, len(rewards), scale_by_std=False)
+    mean = tensor.mean().item()
+    std = tensor.std(correction=std_ddof).item() if len(rewards) > std_ddof else 0.0
+    lines = [
+        f"{'i':>3} {'reward':>9} {'GRPO A':>10} {'Dr.GRPO A':>10}  reinforced",
+        *(
+            f"{i:>3} {r:>9.4f} {g:>+10.4f} {d:>+10.4f}  {'yes' if d > 0 else 'no'}"
+            for i, (r, g, d) in enumerate(zip(rewards, grpo.tolist(), dr_grpo.tolist(), strict=True))
+        ),
+        f"group: G={len(rewards)} mean={mean:.4f} std={std:.6f} (ddof={std_ddof}, eps={epsilon:g})",
+    ]
+    return "\n".join(lines)
