@@ -12,6 +12,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from drgrpo.data import DataArguments
+from drgrpo.diagnostics import DiagnosticsArguments
 from rewards import RewardArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -23,7 +24,7 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 
 @dataclass
-class DrGRPOConfig(GRPOConfig):
+class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
     `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
@@ -37,6 +38,9 @@ class DrGRPOConfig(GRPOConfig):
 
     `advantage_std_ddof` and `advantage_epsilon` select the std convention used when advantages *are* scaled
     (GRPO): TRL's (1, 1e-4, the defaults), verl's (1, 1e-6) or the population std of the reference table (0, 1e-8).
+
+    The diagnostics settings (`correctness_reward`, the warning thresholds and their off switch) are documented in
+    `drgrpo.diagnostics.DiagnosticsArguments`.
     """
 
     dr_grpo: bool = field(
@@ -93,6 +97,7 @@ class DrGRPOConfig(GRPOConfig):
             raise ValueError(f"advantage_std_ddof must be 0 or 1, got {self.advantage_std_ddof}.")
         if self.advantage_epsilon < 0:
             raise ValueError(f"advantage_epsilon must be >= 0, got {self.advantage_epsilon}.")
+        self.check_diagnostics_settings()  # correctness_reward, warning thresholds: drgrpo/diagnostics.py
         super().__post_init__()
 
     @property

@@ -1,4 +1,5 @@
-"""`DrGRPOTrainer`: TRL's `GRPOTrainer` with its advantages computed by `drgrpo.advantages.group_advantages`.
+"""`DrGRPOTrainer`: TRL's `GRPOTrainer` with its advantages computed by `drgrpo.advantages.group_advantages`, and the
+per-step diagnostics of `drgrpo.diagnostics` logged next to TRL's own metrics.
 
 Everything else (generation, the clipped surrogate, the `dr_grpo` loss aggregation, vLLM, DeepSpeed) is TRL's.
 """
@@ -10,6 +11,7 @@ import logging
 import torch
 from trl import GRPOTrainer
 
+from drgrpo import diagnostics
 from drgrpo.advantages import combine_rewards, group_advantages
 from drgrpo.config import DrGRPOConfig
 
@@ -22,6 +24,10 @@ class DrGRPOTrainer(GRPOTrainer):
     The only change to TRL's algorithm is *where the advantage comes from*: one pure, tested function
     (`group_advantages`) whose std convention (`advantage_std_ddof`, `advantage_epsilon`) the config chooses. With
     the defaults it reproduces TRL's numbers exactly.
+
+    Every step it also logs the `diag/` metrics (pass rate, all-correct / all-wrong group shares, pass@G, lengths of
+    correct and incorrect completions, truncation rate, and the pi_theta/pi_old ratio before the first update when
+    TRL keeps old log-probs), and, unless `diagnostics_warnings` is off, warns when they match a known failure.
     """
 
     args: DrGRPOConfig
@@ -31,6 +37,12 @@ class DrGRPOTrainer(GRPOTrainer):
         if not isinstance(self.args, DrGRPOConfig):
             raise TypeError(f"DrGRPOTrainer needs a DrGRPOConfig, got {type(self.args).__name__}.")
         self._last_rewards_per_func: torch.Tensor | None = None
+        self._correctness_index = diagnostics.resolve_correctness_reward(
+            self.reward_func_names, self.args.correctness_reward
+        )
+        self._ratio_probe: dict | None = None
+        if self.args.diagnostics_warnings:
+            self.add_callback(diagnostics.DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
             logger.warning(self.args.algorithm_summary)
 
@@ -44,12 +56,14 @@ class DrGRPOTrainer(GRPOTrainer):
     # Override: TRL computes advantages inline in this 400-line method; we let it run unchanged and then replace its
     # advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases with summed
     # rewards are ours; TRL's 'batch' scaling and 'normalize_then_sum' keep TRL's own advantages.
+    # The diagnostics are logged here too: this is where the batch's rewards and completions are all in hand.
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        if self.multi_objective_aggregation != "sum_then_normalize" or self.scale_rewards not in ("group", "none"):
-            return output
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        self._log_batch_diagnostics(output, mode, num_generations)
+        if self.multi_objective_aggregation != "sum_then_normalize" or self.scale_rewards not in ("group", "none"):
+            return output
         rewards = combine_rewards(self._last_rewards_per_func, self.reward_weights)
         advantages = group_advantages(
             rewards,
@@ -62,3 +76,64 @@ class DrGRPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * local
         output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
         return output
+
+    def _log_batch_diagnostics(self, output: dict, mode: str, num_generations: int) -> None:
+        """Append this generation batch's `diag/` metrics (all processes' completions) to TRL's metric buffer."""
+        stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+        lengths, truncated = diagnostics.completion_lengths_and_truncation(
+            output["completion_ids"], output["completion_mask"], stop_token_ids, self.max_completion_length
+        )
+        # Gathered in process order, the same order as TRL's all-process `rewards_per_func`.
+        lengths, truncated = self.accelerator.gather(lengths), self.accelerator.gather(truncated)
+        correctness = None
+        if self._correctness_index is not None and self._last_rewards_per_func is not None:
+            correctness = self._last_rewards_per_func[:, self._correctness_index]
+        metrics = diagnostics.batch_diagnostics(
+            lengths, truncated, correctness, num_generations, self.args.correctness_threshold
+        )
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+
+    # Override: TRL forms pi_theta / pi_old inside this method without logging it. Before the first optimizer step on
+    # a batch of rollouts it must be ~1 (background note, section 2), so on those micro-steps we arm a probe that
+    # reads the trainer's log-probs from the loss's own forward pass (no extra forward).
+    def _compute_loss(self, model, inputs):
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        has_reference = "old_per_token_logps" in inputs or "sampling_per_token_logps" in inputs
+        if (
+            model.training
+            and has_reference
+            and diagnostics.before_first_update(self._step, generate_every, self.args.gradient_accumulation_steps)
+        ):
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            self._ratio_probe = {"inputs": inputs, "mask": mask}
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._ratio_probe = None
+
+    # Override: only to hand the loss forward's log-probs to the probe armed in `_compute_loss` (the one call that asks
+    # for entropies); the result is returned unchanged.
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._ratio_probe is not None and kwargs.get("compute_entropy"):
+            self._log_first_update_ratios(result[0], **self._ratio_probe)
+        return result
+
+    def _log_first_update_ratios(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
+        """Log pi_theta/pi_old (TRL old log-probs) and pi_trainer/pi_sampler (vLLM log-probs) on this micro-batch."""
+        pairs = (
+            ("old_per_token_logps", diagnostics.FIRST_UPDATE_RATIO_MEAN, diagnostics.FIRST_UPDATE_MAX_ABS_LOG_RATIO),
+            (
+                "sampling_per_token_logps",
+                diagnostics.SAMPLER_TRAINER_RATIO_MEAN,
+                diagnostics.SAMPLER_TRAINER_MAX_ABS_LOG_RATIO,
+            ),
+        )
+        for key, mean_name, max_name in pairs:
+            if key not in inputs:
+                continue
+            sums = diagnostics.log_ratio_sums(per_token_logps, inputs[key], mask)
+            mean_ratio, max_abs_log = diagnostics.ratio_statistics(self.accelerator.gather(sums))
+            self._metrics["train"][mean_name].append(mean_ratio)
+            self._metrics["train"][max_name].append(max_abs_log)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 
 from transformers import AutoTokenizer
-from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, get_peft_config
 
+from drgrpo.checkpoints import find_resumable_checkpoint
 from drgrpo.config import DrGRPOConfig, ScriptArguments
 from drgrpo.data import load_prompt_dataset
 from drgrpo.trainer import DrGRPOTrainer
@@ -48,7 +47,8 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         peft_config=get_peft_config(model_args),
     )
 
-    last_checkpoint = get_last_checkpoint(training_args.output_dir) if os.path.isdir(training_args.output_dir) else None
+    # The newest *complete* checkpoint: one half-written by a run killed while saving is skipped with a warning.
+    last_checkpoint = find_resumable_checkpoint(training_args.output_dir)
     if last_checkpoint is not None:
         logger.warning("Resuming from checkpoint %s", last_checkpoint)
     trainer.train(resume_from_checkpoint=last_checkpoint)
