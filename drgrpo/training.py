@@ -35,7 +35,12 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
-    train_dataset = load_prompt_dataset(script_args, seed=training_args.seed)
+    train_dataset, eval_dataset = load_prompt_dataset(
+        script_args,
+        seed=training_args.seed,
+        tokenizer=tokenizer,
+        chat_template_kwargs=training_args.chat_template_kwargs,
+    )
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
 
     trainer = DrGRPOTrainer(
@@ -43,6 +48,7 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
@@ -53,6 +59,7 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         logger.warning("Resuming from checkpoint %s", last_checkpoint)
     trainer.train(resume_from_checkpoint=last_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json with every logged step, also when no checkpoint was saved
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(training_args.output_dir)
     return trainer
