@@ -41,7 +41,12 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         tokenizer=tokenizer,
         chat_template_kwargs=training_args.chat_template_kwargs,
     )
-    reward_funcs = get_reward_funcs(script_args.reward_funcs)
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs,
+        settings=script_args,
+        max_completion_length=training_args.max_completion_length,
+        reward_weights=training_args.reward_weights,
+    )
 
     trainer = DrGRPOTrainer(
         model=model_args.model_name_or_path,

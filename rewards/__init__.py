@@ -1,61 +1,53 @@
-"""Verifiable reward functions and the registry that resolves a recipe's `reward_funcs` list.
+"""Verifiable rewards for RLVR: math accuracy, format and length rewards, and the registry that resolves a recipe's
+`reward_funcs` list (built-in names, `package.module:function`, `path/to/file.py:function`).
 
-(Foundation version: the built-in `accuracy` only; the reward-library issue extends this module.)
+Public API:
+- `get_reward_funcs(specs, settings=None, max_completion_length=None, reward_weights=None)`: TRL reward callables.
+- `RewardArguments`: the recipe keys of this library (mixed into the train script's `ScriptArguments`).
+- `accuracy`: the built-in accuracy reward with default settings (TRL signature: `completions`, `answer`, ...).
+- `grade_answer(completion, gold) -> (verdict, extracted)`, `grade_batch`, `answers_equivalent(a, b)`.
+- `extract_answer`, `normalize_gold`, and the formulas `overlong_penalty`, `cosine_scaled`, `r1_format_score`,
+  `boxed_format_score`.
+
+Importing this package is cheap (math-verify loads lazily, worker processes start on first use).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from rewards.extract import extract_answer, normalize_answer, normalize_gold
+from rewards.format import boxed_format_score, r1_format_score
+from rewards.grading import Grader, GradeResult, answers_equivalent, get_grader, grade_answer, grade_batch
+from rewards.length import cosine_scaled, overlong_penalty
+from rewards.registry import (
+    BUILTINS,
+    RewardContractError,
+    RewardFunctionError,
+    SafeReward,
+    get_reward_funcs,
+)
+from rewards.settings import RewardArguments
 
-from math_verify import parse, verify
+accuracy = get_reward_funcs(["accuracy"])[0]
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def _text(completion) -> str:
-    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
-        return completion[-1].get("content") or ""
-    return completion or ""
-
-
-def accuracy(completions: list, answer: list, **kwargs) -> list[float | None]:
-    """1.0 if the completion's final answer equals the gold `answer` under math-verify, else 0.0."""
-    scores: list[float | None] = []
-    for completion, gold in zip(completions, answer, strict=True):
-        gold_parsed = parse(str(gold))
-        if not gold_parsed:
-            scores.append(None)
-            continue
-        text = _text(completion)
-        numbers = _NUMBER.findall(text)
-        candidate = numbers[-1] if numbers else text
-        scores.append(1.0 if verify(gold_parsed, parse(candidate)) else 0.0)
-    return scores
-
-
-@dataclass
-class RewardArguments:
-    """Which reward functions a recipe uses (their weights are TRL's `reward_weights`)."""
-
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["accuracy"],
-        metadata={
-            "help": "Reward functions: built-in names (see rewards/), 'package.module:function' or "
-            "'path/to/file.py:function'. Weights go in reward_weights, aligned with this list."
-        },
-    )
-
-
-REGISTRY: dict[str, Callable] = {"accuracy": accuracy}
-
-
-def get_reward_funcs(specs: list[str]) -> list[Callable]:
-    """Resolve reward specs (built-in names) to callables."""
-    funcs = []
-    for spec in specs:
-        if spec not in REGISTRY:
-            raise ValueError(f"Unknown reward {spec!r}. Available: {', '.join(sorted(REGISTRY))}")
-        funcs.append(REGISTRY[spec])
-    return funcs
+__all__ = [
+    "BUILTINS",
+    "GradeResult",
+    "Grader",
+    "RewardArguments",
+    "RewardContractError",
+    "RewardFunctionError",
+    "SafeReward",
+    "accuracy",
+    "answers_equivalent",
+    "boxed_format_score",
+    "cosine_scaled",
+    "extract_answer",
+    "get_grader",
+    "get_reward_funcs",
+    "grade_answer",
+    "grade_batch",
+    "normalize_answer",
+    "normalize_gold",
+    "overlong_penalty",
+    "r1_format_score",
+]
