@@ -30,7 +30,7 @@ from rewards.extract import (
     normalize_answer,
     normalize_gold,
 )
-from rewards.pool import PoolUnavailable, VerifierPool, default_num_workers
+from rewards.pool import PoolUnavailable, default_num_workers, get_pool
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +76,8 @@ class Grader:
         if self.num_workers < 0:
             raise ValueError(f"reward_num_workers must be >= 0 (0: no worker processes), got {num_workers}.")
         self.memory_mb = memory_mb
-        self._pool: VerifierPool | None = None
+        self._pool = None
         self._pool_failed = False
-        self._lock = threading.Lock()
         self._verdicts: OrderedDict[tuple, tuple[str, bool | None]] = OrderedDict()
         self._unparsable_golds: set[str] = set()
         self._warned_golds: set[str] = set()
@@ -120,7 +119,7 @@ class Grader:
         return bool(value) if status == OK else False
 
     def close(self) -> None:
-        """Stop the verifier processes (they are restarted if the grader is used again)."""
+        """Stop the verifier processes, shared with graders of the same settings (restarted on the next use)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -194,11 +193,8 @@ class Grader:
     def _verify_many(self, name: str, jobs: list[tuple]) -> list[tuple[str, Any]]:
         if self.num_workers > 0 and not self._pool_failed:
             try:
-                with self._lock:
-                    if self._pool is None:
-                        self._pool = VerifierPool(self.num_workers, self.memory_mb)
-                    pool = self._pool
-                return pool.map(name, jobs, self.timeout)
+                self._pool = get_pool(self.num_workers, self.memory_mb)
+                return self._pool.map(name, jobs, self.timeout)
             except PoolUnavailable as exc:
                 logger.error("Verifier processes unavailable (%s); verifying in the trainer process instead.", exc)
                 self._pool_failed = True

@@ -26,7 +26,7 @@ from multiprocessing.connection import wait as wait_readable
 from pathlib import Path
 from typing import Any
 
-from rewards._worker import ENV_MEMORY_MB, ENV_PARENT_DEATH_SIGNAL
+from rewards._worker import ENV_MEMORY_MB, ENV_PARENT_DEATH_SIGNAL, ENV_WARM_UP
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,9 @@ def default_num_workers() -> int:
 
 
 class _Worker:
-    def __init__(self, memory_mb: int | None) -> None:
+    def __init__(self, memory_mb: int | None, warm_up: bool) -> None:
         env = dict(os.environ)
+        env[ENV_WARM_UP] = "1" if warm_up else "0"
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         env[ENV_MEMORY_MB] = str(memory_mb) if memory_mb else ""
         # PR_SET_PDEATHSIG fires when the *thread* that started the worker exits: only safe from the main thread.
@@ -127,11 +128,14 @@ class VerifierPool:
     `crash` (its worker died, e.g. killed by the memory limit).
     """
 
-    def __init__(self, num_workers: int, memory_mb: int | None = 2048, start_timeout: float = 120.0) -> None:
+    def __init__(
+        self, num_workers: int, memory_mb: int | None = 2048, start_timeout: float = 120.0, warm_up: bool = True
+    ) -> None:
         if num_workers < 1:
             raise ValueError(f"VerifierPool needs num_workers >= 1, got {num_workers}.")
         self.num_workers = num_workers
         self.memory_mb = memory_mb
+        self.warm_up = warm_up
         self.start_timeout = start_timeout
         self.workers: list[_Worker] = []
         self.restarts = 0
@@ -159,7 +163,7 @@ class VerifierPool:
 
     def _spawn_missing(self) -> None:
         while len(self.workers) < self.num_workers:
-            self.workers.append(_Worker(self.memory_mb))
+            self.workers.append(_Worker(self.memory_mb, self.warm_up))
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
@@ -244,3 +248,17 @@ class VerifierPool:
                     pending.extendleft(job[0] for job in reversed(worker.inflight))
                     self._replace(worker)
         return results  # type: ignore[return-value]
+
+
+_POOLS: dict[tuple, VerifierPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def get_pool(num_workers: int, memory_mb: int | None = 2048) -> VerifierPool:
+    """The shared pool for these settings, created on first use (every grader with these settings shares it)."""
+    key = (num_workers, memory_mb)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None or pool._closed:
+            pool = _POOLS[key] = VerifierPool(num_workers, memory_mb)
+        return pool
