@@ -1,0 +1,498 @@
+"""Evaluation metrics, gold normalisation, presets, sampling and summaries, against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+
+from drgrpo import evaluation as ev
+
+# --------------------------------------------------------------------------------------------------------------------
+# pass@k
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (5, 2, 1, 0.4),  # c / n
+        (5, 2, 2, 1 - 3 / 10),  # 1 - C(3,2)/C(5,2)
+        (10, 3, 5, 1 - 21 / 252),  # 1 - C(7,5)/C(10,5)
+        (4, 1, 4, 1.0),  # n = k: any correct sample means pass
+        (4, 0, 4, 0.0),  # n = k, none correct
+        (8, 0, 1, 0.0),  # c = 0
+        (8, 0, 8, 0.0),
+        (8, 8, 1, 1.0),  # c = n
+        (8, 8, 8, 1.0),
+        (8, 7, 2, 1.0),  # n - c < k: every pair holds a correct sample
+        (1, 1, 1, 1.0),
+        (1, 0, 1, 0.0),
+    ],
+)
+def test_pass_at_k_hand_values(n, c, k, expected):
+    assert ev.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_matches_exact_binomials_where_they_are_huge():
+    # C(1000, 500) has ~300 digits; the product form must agree with exact rational arithmetic.
+    n, c, k = 1000, 10, 500
+    exact = 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+    assert ev.pass_at_k(n, c, k) == pytest.approx(float(exact), rel=1e-12)
+    assert ev.pass_at_k(1000, 1, 1) == pytest.approx(0.001, rel=1e-12)
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(4, 5, 1), (4, -1, 1), (4, 2, 0), (4, 2, 5), (0, 0, 1)])
+def test_pass_at_k_rejects_impossible_counts(n, c, k):
+    with pytest.raises(ValueError, match="pass_at_k needs"):
+        ev.pass_at_k(n, c, k)
+
+
+@pytest.mark.parametrize(
+    ("n", "ks"), [(1, [1]), (2, [1, 2]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]), (16, [1, 2, 4, 8, 16])]
+)
+def test_pass_at_k_values(n, ks):
+    assert ev.pass_at_k_values(n) == ks
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# maj@k
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def fraction_equivalent(a: str, b: str) -> bool:
+    """A stand-in for math-verify on plain numbers: `1/2`, `0.5` and `2/4` are one answer."""
+    try:
+        return Fraction(a) == Fraction(b)
+    except ValueError:
+        return a == b
+
+
+def test_majority_groups_by_equivalence_not_by_string():
+    # "1/2", "0.5", "2/4" are three strings but one answer (3 votes) against "3" twice.
+    answers = ["3", "1/2", "0.5", "3", "2/4"]
+    correct = [False, True, True, False, True]
+    assert ev.majority_vote(answers, correct, fraction_equivalent) is True
+    # String equality would have elected "3".
+    assert ev.majority_vote(answers, correct, lambda a, b: a == b) is False
+
+
+def test_majority_tie_goes_to_the_answer_seen_first():
+    assert ev.majority_vote(["7", "1/2", "0.5", "7"], [False, True, True, False], fraction_equivalent) is False
+    assert ev.majority_vote(["0.5", "7", "7", "1/2"], [True, False, False, True], fraction_equivalent) is True
+
+
+def test_majority_ignores_missing_answers_and_scores_no_answer_wrong():
+    assert ev.majority_vote([None, None, "4", None], [False, False, True, False], fraction_equivalent) is True
+    assert ev.majority_vote([None, None], [False, False], fraction_equivalent) is False
+
+
+def test_majority_with_the_reward_library_equivalence():
+    # The real verifier: \frac{1}{2} and 0.5 are one vote, so they outvote 3 (2 votes) 3 to 2.
+    answers = ["3", "\\frac{1}{2}", "0.5", "3", "1/2"]
+    assert ev.majority_vote(answers, [False, True, True, False, True], ev.answers_equivalent) is True
+
+
+def test_majority_rejects_misaligned_inputs():
+    with pytest.raises(ValueError, match="2 answers but 1 verdicts"):
+        ev.majority_vote(["1", "2"], [True], fraction_equivalent)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Gold answers and presets, on fixture rows shaped like each benchmark's real rows
+# --------------------------------------------------------------------------------------------------------------------
+
+FIXTURE_ROWS = {
+    "gsm8k": [
+        {
+            "question": "Janet has 16 eggs and eats 3. How many are left?",
+            "answer": "She has 16 - 3 = <<16-3=13>>13 eggs left.\n#### 13",
+        },
+        {"question": "A farm sells 1,250 eggs twice. How many?", "answer": "2 * 1,250 = 2,500\n#### 2,500"},
+    ],
+    "math500": [
+        {
+            "problem": "Convert the point $(0,3)$ to polar coordinates.",
+            "solution": "We have $r = 3$ ... so $\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}.$",
+            "answer": "\\left( 3, \\frac{\\pi}{2} \\right)",
+            "subject": "Precalculus",
+            "level": 2,
+            "unique_id": "test/precalculus/807.json",
+        }
+    ],
+    "aime24": [
+        {
+            "id": 60,
+            "problem": "Every morning Aya goes for a $9$-kilometer-long walk...",
+            "solution": "$\\frac{9}{s} + t = 4$ ...",
+            "answer": "204",
+            "url": "https://artofproblemsolving.com/wiki/index.php/2024_AIME_I_Problems/Problem_1",
+        }
+    ],
+    "amc": [
+        {"id": 0, "problem": "What is $m+n$?", "answer": 142.0, "url": "https://artofproblemsolving.com/..."},
+        {"id": 1, "problem": "What is the ratio?", "answer": 0.5, "url": "https://artofproblemsolving.com/..."},
+    ],
+    "amc23": [
+        {
+            "id": 0,
+            "problem": "Cities $A$ and $B$ are $45$ miles apart...",
+            "question": "Cities $A$ and $B$ are $45$ miles apart...",
+            "answer": 27.0,
+            "url": "https://artofproblemsolving.com/wiki/index.php/2023_AMC_12A_Problems/Problem_1",
+        }
+    ],
+    "minerva": [
+        {
+            "problem": "Find the diameter of the image of a planet (in $\\mathrm{cm}$).",
+            "solution": "Start with $s = \\alpha f$:\n\\[\ns=\\frac{45}{3600} \\frac{\\pi}{180} 7200"
+            "=\\boxed{1.6} \\mathrm{~cm}\n\\]",
+            "type": "Introduction to Astronomy (8.282J Spring 2006)",
+            "idx": 0,
+        },
+        {
+            "problem": "Give the answer as a fraction.",
+            "solution": "A first guess $\\boxed{2}$ is wrong; the answer is $\\boxed{\\frac{1}{\\sqrt{2}}}$.",
+            "type": "Physics",
+            "idx": 1,
+        },
+    ],
+    "olympiadbench": [
+        {
+            "id": 1606,
+            "subfield": "Combinatorics",
+            "context": None,
+            "question": "How many moves does Sergey need?",
+            "solution": ["Sergey can determine Xenia's number in 2 but not fewer moves..."],
+            "final_answer": ["2"],
+            "is_multiple_answer": False,
+            "unit": None,
+            "answer_type": "Numerical",
+            "error": None,
+        },
+        {
+            "id": 2,
+            "subfield": "Number Theory",
+            "context": None,
+            "question": "Find all n.",
+            "solution": ["..."],
+            "final_answer": ["$69$,$84$"],
+            "is_multiple_answer": True,
+            "unit": None,
+            "answer_type": "Numerical",
+            "error": None,
+        },
+        {
+            "id": 3,
+            "subfield": "Algebra",
+            "context": None,
+            "question": "Find all pairs.",
+            "solution": ["..."],
+            "final_answer": ["$(6,3),(9,3)$"],
+            "is_multiple_answer": True,
+            "unit": None,
+            "answer_type": "Tuple",
+            "error": None,
+        },
+    ],
+}
+
+EXPECTED_GOLDS = {
+    "gsm8k": ["13", "2500"],
+    "math500": ["\\left( 3, \\frac{\\pi}{2} \\right)"],
+    "aime24": ["204"],
+    "amc": ["142", "0.5"],
+    "amc23": ["27"],
+    "minerva": ["1.6", "\\frac{1}{\\sqrt{2}}"],
+    "olympiadbench": ["2", "69, 84", "(6,3),(9,3)"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_ROWS))
+def test_preset_reads_question_and_gold_from_benchmark_shaped_rows(name):
+    preset = ev.PRESETS[name]
+    rows = FIXTURE_ROWS[name]
+    problems = ev.problems_from_rows(rows, preset.question_column, preset.answer_column, preset.answer_format)
+    assert [p.gold for p in problems] == EXPECTED_GOLDS[name]
+    assert [p.question for p in problems] == [row[preset.question_column] for row in rows]
+    assert [p.index for p in problems] == list(range(len(rows)))
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_ROWS))
+def test_auto_format_reads_every_benchmark_shape(name):
+    preset = ev.PRESETS[name]
+    problems = ev.problems_from_rows(FIXTURE_ROWS[name], preset.question_column, preset.answer_column, "auto")
+    assert [p.gold for p in problems] == EXPECTED_GOLDS[name]
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_ROWS))
+def test_normalised_golds_grade_a_boxed_correct_answer_correct(name):
+    golds = EXPECTED_GOLDS[name]
+    verdicts = ev.grade_completions([f"So the answer is $\\boxed{{{g}}}$." for g in golds], golds)
+    assert [v for v, _ in verdicts] == [ev.CORRECT] * len(golds)
+
+
+def test_gold_normalisers_edge_cases():
+    assert ev.gsm8k_final_answer("no marker") is None
+    assert ev.gsm8k_final_answer("x\n#### -1,234,567") == "-1234567"
+    assert ev.last_boxed("\\boxed{\\frac{a}{b}} then \\boxed{x^{2}}") == "x^{2}"
+    assert ev.last_boxed("unclosed \\boxed{1") is None
+    assert ev.number_answer(27.0) == "27"
+    assert ev.number_answer(-3.25) == "-3.25"
+    assert ev.number_answer(float("nan")) is None
+    assert ev.number_answer("12.0") == "12"
+    assert ev.list_answer([]) is None
+    assert ev.list_answer(["$x=1$", " $2$ "]) == "x=1, 2"
+    assert ev.plain_answer("  $\\frac{1}{2}$ ") == "\\frac{1}{2}"
+    assert ev.plain_answer(None) is None
+    with pytest.raises(ValueError, match="Unknown answer_format 'boxed'"):
+        ev.normalize_gold("1", "boxed")
+
+
+def test_missing_column_names_the_column_and_the_fix():
+    with pytest.raises(ValueError, match=r"Column 'problem' not in gsm8k.jsonl.*--question_column"):
+        ev.problems_from_rows(FIXTURE_ROWS["gsm8k"], "problem", "answer", "gsm8k", source="gsm8k.jsonl")
+
+
+def test_preset_aliases_and_unknown_names():
+    assert ev.resolve_preset("MATH-500").name == "math500"
+    assert ev.resolve_preset("AIME").name == "aime24"
+    assert ev.resolve_preset("olympiad_bench").dataset_config == "OE_TO_maths_en_COMP"
+    with pytest.raises(ValueError, match="Unknown benchmark 'mmlu'. Presets: aime24"):
+        ev.resolve_preset("mmlu")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Sampling
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_sample_seed_is_stable_and_distinct():
+    assert ev.sample_seed(0, 3, 1) == ev.sample_seed(0, 3, 1)
+    seeds = {ev.sample_seed(s, p, i) for s in range(3) for p in range(20) for i in range(8)}
+    assert len(seeds) == 3 * 20 * 8
+    assert all(0 <= s < 2**63 for s in seeds)
+
+
+def test_top_p_mask_keeps_the_nucleus():
+    # probs 0.5, 0.3, 0.2: top_p 0.7 keeps {0.5, 0.3} (they reach 0.8 >= 0.7), drops 0.2.
+    scores = torch.log(torch.tensor([[0.2, 0.5, 0.3]]))
+    assert ev.top_p_mask(scores, 0.7).tolist() == [[True, False, False]]
+    assert ev.top_p_mask(scores, 0.4).tolist() == [[True, False, True]]  # the most likely token alone
+    assert ev.top_p_mask(scores, 1.0).tolist() == [[False, False, False]]
+
+
+def _pick(processor, scores):
+    return processor(None, scores).argmax(dim=-1).tolist()
+
+
+def test_seeded_sampling_draws_from_softmax_over_temperature():
+    probs = torch.tensor([0.6, 0.3, 0.1])
+    logits = torch.log(probs) * 2.0  # at temperature 2 the sampling distribution is `probs` again
+    draws = 6000
+    processor = ev.SeededSampling(range(draws), temperature=2.0)
+    picks = _pick(processor, logits.expand(draws, 3))
+    freq = torch.bincount(torch.tensor(picks), minlength=3).float() / draws
+    assert torch.allclose(freq, probs, atol=0.025), freq
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 50)
+    seeds = [ev.sample_seed(1, p, 0) for p in range(5)]
+    together = []
+    processor = ev.SeededSampling(seeds, temperature=1.0)
+    for _ in range(4):  # four decoding steps: each row keeps its own stream
+        together.append(_pick(processor, logits))
+    for row in range(5):
+        alone = ev.SeededSampling([seeds[row]], temperature=1.0)
+        assert [_pick(alone, logits[row : row + 1])[0] for _ in range(4)] == [step[row] for step in together]
+    reversed_batch = ev.SeededSampling(seeds[::-1], temperature=1.0)
+    assert _pick(reversed_batch, logits.flip(0))[::-1] == together[0]
+
+
+def test_seeded_sampling_top_p_small_is_greedy():
+    logits = torch.tensor([[0.1, 3.0, 0.2, -1.0]]).expand(200, 4)
+    assert set(_pick(ev.SeededSampling(range(200), 1.0, top_p=0.01), logits)) == {1}
+
+
+def test_seeded_sampling_rejects_greedy_and_bad_top_p():
+    with pytest.raises(ValueError, match="temperature > 0"):
+        ev.SeededSampling([0], temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        ev.SeededSampling([0], temperature=1.0, top_p=0.0)
+
+
+def test_backend_choice_without_vllm_or_gpu():
+    if ev.vllm_usable():
+        pytest.skip("vLLM and a GPU are present")
+    assert ev.choose_backend("auto") == "transformers"
+    with pytest.raises(ValueError, match="backend 'vllm' needs vLLM installed"):
+        ev.choose_backend("vllm")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Summaries and tables
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _row(p, s, correct, extracted, tokens, truncated=False, verdict=None):
+    verdict = verdict or (ev.CORRECT if correct else (ev.INCORRECT if extracted is not None else ev.NO_ANSWER))
+    return {
+        "problem_index": p,
+        "sample_index": s,
+        "correct": correct,
+        "extracted": extracted,
+        "num_tokens": tokens,
+        "truncated": truncated,
+        "verdict": verdict,
+    }
+
+
+HAND_ROWS = [
+    # problem 0: one of two right; tie "5" (first, correct) vs "4" -> maj right
+    _row(0, 0, True, "5", 10),
+    _row(0, 1, False, "4", 20),
+    # problem 1: both wrong; one without an answer and truncated
+    _row(1, 0, False, "7", 30),
+    _row(1, 1, False, None, 40, truncated=True),
+    # problem 2: gold unparsable: scored wrong, counted
+    _row(2, 0, False, "1", 50, verdict=ev.GOLD_UNPARSABLE),
+    _row(2, 1, False, "1", 60, verdict=ev.GOLD_UNPARSABLE),
+]
+
+
+def test_summarize_hand_computed():
+    summary = ev.summarize(HAND_ROWS[::-1], n=2, equivalent=fraction_equivalent)  # row order must not matter
+    assert summary["num_problems"] == 3
+    assert summary["num_samples"] == 6
+    assert summary["pass@1"] == pytest.approx(1 / 6)
+    assert summary["pass@2"] == pytest.approx((1 + 0 + 0) / 3)
+    assert summary["maj@2"] == pytest.approx(1 / 3)
+    assert summary["mean_length_correct"] == pytest.approx(10)
+    assert summary["mean_length_incorrect"] == pytest.approx((20 + 30 + 40 + 50 + 60) / 5)
+    assert summary["truncation_rate"] == pytest.approx(1 / 6)
+    assert summary["no_answer_rate"] == pytest.approx(1 / 6)
+    assert summary["unparsable_golds"] == 1
+    assert summary["grading_failures"] == 0
+
+
+def test_summarize_refuses_an_incomplete_run():
+    with pytest.raises(ValueError, match=r"Problems \[1\] do not have exactly n=2 samples"):
+        ev.summarize(HAND_ROWS[:3], n=2, equivalent=fraction_equivalent)
+
+
+def _summary(model, benchmark, value):
+    return {"model": model, "benchmark": benchmark, "pass@1": value, "maj@4": value / 2}
+
+
+def test_comparison_table_models_by_benchmarks_in_paper_order():
+    table = ev.comparison_table(
+        [
+            _summary("base", "math500", 0.5),
+            _summary("base", "aime24", 0.1),
+            _summary("drgrpo", "math500", 0.75),
+            _summary("drgrpo", "aime24", 0.2),
+        ]
+    )
+    lines = table.strip().splitlines()
+    assert lines[0] == "| model (pass@1, %) | AIME 2024 | MATH-500 | Avg. |"
+    assert lines[2] == "| base | 10.0 | 50.0 | 30.0 |"
+    assert lines[3] == "| drgrpo | 20.0 | 75.0 | 47.5 |"
+
+
+def test_comparison_table_missing_cells_metric_and_paper_rows():
+    table = ev.comparison_table(
+        [_summary("a", "gsm8k", 0.5), _summary("a", "math500", 0.25), _summary("b", "math500", 1.0)],
+        metric="maj@4",
+        references={"Oat-Zero-7B (paper)": {"math500": 80.0}},
+    )
+    lines = table.strip().splitlines()
+    assert lines[0] == "| model (maj@4, %) | MATH-500 | GSM8K | Avg. |"
+    assert lines[2] == "| a | 12.5 | 25.0 | 18.8 |"
+    assert lines[3] == "| b | 50.0 | – | – |"
+    assert lines[4] == "| Oat-Zero-7B (paper) | 80.0 | – | – |"
+
+
+def test_comparison_table_rejects_two_runs_of_one_cell():
+    with pytest.raises(ValueError, match="Two evaluations of a on math500"):
+        ev.comparison_table([_summary("a", "math500", 0.5), _summary("a", "math500", 0.6)])
+
+
+def test_summary_markdown_lists_every_metric():
+    summary = {
+        **ev.summarize(HAND_ROWS, n=2, equivalent=fraction_equivalent),
+        "benchmark": "toy",
+        "model": "m",
+        "n": 2,
+        "prompt_template": "plain",
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": 64,
+        "seed": 0,
+        "backend": "transformers",
+    }
+    text = ev.summary_markdown(summary)
+    assert "| pass@1 (%) | 16.7 |" in text
+    assert "| pass@2 (%) | 33.3 |" in text
+    assert "| maj@2 (%) | 33.3 |" in text
+    assert "| mean length, correct (tokens) | 10.0 |" in text
+    assert "| unparsable golds (problems, scored wrong) | 1 |" in text
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Resume bookkeeping
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_read_samples_cuts_a_torn_last_line(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    rows = [{"problem_index": 0, "sample_index": 0}, {"problem_index": 1, "sample_index": 0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"problem_index": 2, "sam')
+    assert ev.read_samples(path) == rows
+    assert path.read_text().endswith("}\n")  # the torn tail is gone, so appends start on a clean line
+
+
+def test_read_samples_names_a_corrupt_line(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    path.write_text('{"a": 1}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        ev.read_samples(path)
+
+
+def test_resume_refuses_other_settings(tmp_path):
+    ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)
+    ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)  # same settings: fine
+    with pytest.raises(ValueError, match=r"other settings \(n: 4 -> 8\).*--overwrite true"):
+        ev._check_config(tmp_path, {"model": "m", "n": 8, "seed": 0}, overwrite=False)
+    (tmp_path / "samples.jsonl").write_text("{}\n")
+    ev._check_config(tmp_path, {"model": "m", "n": 8, "seed": 0}, overwrite=True)
+    assert not (tmp_path / "samples.jsonl").exists()
+
+
+def test_eval_arguments_validate():
+    with pytest.raises(ValueError, match="top_p must be in"):
+        ev.EvalArguments(model_name_or_path="m", top_p=1.5)
+    with pytest.raises(ValueError, match="answer_format 'x'"):
+        ev.EvalArguments(model_name_or_path="m", answer_format="x")
+
+
+def test_recipe_prompt_settings(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "prompt_template: chat\nsystem_prompt: Be brief.\nchat_template_kwargs: {enable_thinking: false}\n"
+    )
+    assert ev.recipe_prompt_settings(recipe) == {
+        "prompt_template": "chat",
+        "system_prompt": "Be brief.",
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    args = ev.EvalArguments(
+        model_name_or_path="m", recipe=str(recipe), chat_template_kwargs='{"enable_thinking": true}'
+    )
+    assert ev._prompt_settings(args) == ("chat", "Be brief.", {"enable_thinking": True})
+    with pytest.raises(FileNotFoundError, match="recipe 'nope.yaml' not found"):
+        ev.recipe_prompt_settings("nope.yaml")
