@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo train test lint advantages
+.PHONY: install demo train test lint advantages score
 
 install: $(STAMP)
 
@@ -47,3 +47,10 @@ lint: install
 REWARDS ?= 1 0 1 1 0 0 1 0
 advantages: install
 	$(PY) scripts/advantages.py $(REWARDS) $(ARGS)
+
+# Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
+# SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed.
+SCORE_INPUT ?=
+SCORE_REWARDS ?= accuracy
+score: install
+	$(PY) scripts/score.py --input $(SCORE_INPUT) --reward_funcs $(SCORE_REWARDS) $(ARGS)

@@ -1,0 +1,117 @@
+"""Scoring a jsonl of (completion, gold) rows with any reward specs: for checking a verifier and hunting reward
+hacking before spending GPU hours (`scripts/score.py`, `make score`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rewards.registry import SafeReward
+
+
+@dataclass
+class ScoreArguments:
+    """What `scripts/score.py` scores and where the per-row results go."""
+
+    input: str = field(metadata={"help": "A .jsonl file with one completion and its gold answer per line."})
+    output: str | None = field(
+        default=None, metadata={"help": "Per-row results (.jsonl). None: <input>.scored.jsonl next to the input."}
+    )
+    completion_column: str = field(default="completion", metadata={"help": "Column holding the completion."})
+    answer_column: str = field(
+        default="answer", metadata={"help": "Column holding the gold answer (passed to rewards as `answer`)."}
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": "Tokenizer (local folder) for token lengths, needed by overlong and cosine_length."},
+    )
+    max_completion_length: int | None = field(
+        default=None, metadata={"help": "L_max of the length rewards (as the trainer's max_completion_length)."}
+    )
+    batch_size: int = field(default=1024, metadata={"help": "Rows scored per reward call."})
+    show: int = field(default=20, metadata={"help": "How many None/failed rows to print."})
+
+
+def load_rows(path: str | Path, completion_column: str, answer_column: str) -> list[dict]:
+    """The rows of a .jsonl file; a clear error names the line or the missing column."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--input {str(path)!r}: no such file.")
+    rows = []
+    with path.open() as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg}).") from exc
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object per line.")
+            for column, flag in ((completion_column, "completion_column"), (answer_column, "answer_column")):
+                if column not in row:
+                    raise ValueError(f"{path}:{number}: no column {column!r} (it has {sorted(row)}); set --{flag}.")
+            rows.append(row)
+    return rows
+
+
+def reward_kwargs(rows: Sequence[dict], completion_column: str, answer_column: str, tokenizer=None) -> dict:
+    """TRL-style reward keyword lists from rows: every column, the gold as `answer`, optional token ids."""
+    columns = {key for row in rows for key in row} - {completion_column}
+    kwargs: dict[str, Any] = {key: [row.get(key) for row in rows] for key in columns}
+    kwargs["answer"] = [row[answer_column] for row in rows]
+    if "prompt" in kwargs:
+        kwargs["prompts"] = kwargs.pop("prompt")
+    if tokenizer is not None:
+        texts = [str(row[completion_column] or "") for row in rows]
+        kwargs["completion_ids"] = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return kwargs
+
+
+def score_rows(
+    rows: Sequence[dict],
+    reward_funcs: Sequence[SafeReward],
+    completion_column: str = "completion",
+    answer_column: str = "answer",
+    tokenizer=None,
+    batch_size: int = 1024,
+) -> list[dict]:
+    """Per-row results: `{"index", "<name>": score, "<name>_failed": bool, "<name>_detail": str|None}` per reward."""
+    results = [{"index": i} for i in range(len(rows))]
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        kwargs = reward_kwargs(batch, completion_column, answer_column, tokenizer)
+        completions = [row[completion_column] for row in batch]
+        for reward in reward_funcs:
+            scores = reward(completions=completions, **kwargs)
+            report = reward.last_report
+            for offset, score in enumerate(scores):
+                result = results[start + offset]
+                result[reward.__name__] = score
+                result[f"{reward.__name__}_failed"] = report.failed[offset]
+                result[f"{reward.__name__}_detail"] = report.details[offset]
+    return results
+
+
+def summarize(results: Sequence[dict], names: Sequence[str]) -> dict[str, dict]:
+    """Per reward: rows, mean over scored rows, share of rows scoring 1.0 (accuracy), None count, failures."""
+    summary = {}
+    for name in names:
+        scores = [r[name] for r in results]
+        scored = [s for s in scores if s is not None]
+        summary[name] = {
+            "rows": len(scores),
+            "mean": sum(scored) / len(scored) if scored else None,
+            "share_1.0": sum(s == 1.0 for s in scored) / len(scored) if scored else None,
+            "none": len(scores) - len(scored),
+            "failures": sum(bool(r[f"{name}_failed"]) for r in results),
+        }
+    return summary
+
+
+def flagged_rows(results: Sequence[dict], names: Sequence[str]) -> list[dict]:
+    """The rows that some reward scored None or failed on: what to read first when checking a verifier."""
+    return [r for r in results if any(r[n] is None or r[f"{n}_failed"] for n in names)]

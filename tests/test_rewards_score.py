@@ -1,0 +1,59 @@
+"""scripts/score.py and rewards.scoring: per-row results, the summary, the flagged rows, clear input errors."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from rewards import RewardArguments, get_reward_funcs
+from rewards.scoring import flagged_rows, load_rows, score_rows, summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = [
+    {"completion": "so \\boxed{72}", "answer": "#### 72", "prompt": "q1"},
+    {"completion": "the answer is 5", "answer": "6", "prompt": "q2"},
+    {"completion": "\\boxed{1}", "answer": "", "prompt": "q3"},
+    {"completion": "<think>x</think><answer>4</answer>", "answer": 4.0, "prompt": "q4"},
+]
+
+
+def test_score_rows_summary_and_flagged_rows():
+    funcs = get_reward_funcs(["accuracy", "boxed_format"], RewardArguments(reward_num_workers=0))
+    results = score_rows(ROWS, funcs, batch_size=3)  # two batches
+    assert [r["accuracy"] for r in results] == [1.0, 0.0, None, 1.0]
+    assert [r["accuracy_detail"] for r in results] == ["72", "5", "gold_unparsable", "4"]
+    assert [r["boxed_format"] for r in results] == [1.0, 0.0, 1.0, 0.0]
+    summary = summarize(results, ["accuracy", "boxed_format"])
+    assert summary["accuracy"] == {"rows": 4, "mean": 2 / 3, "share_1.0": 2 / 3, "none": 1, "failures": 0}
+    assert summary["boxed_format"]["mean"] == 0.5
+    assert [r["index"] for r in flagged_rows(results, ["accuracy", "boxed_format"])] == [2]
+
+
+def test_load_rows_names_the_problem(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"completion": "1", "answer": "1"}\n{"completion": "2"}\n')
+    with pytest.raises(ValueError, match=r"rows.jsonl:2: no column 'answer'.*--answer_column"):
+        load_rows(path, "completion", "answer")
+    path.write_text('{"completion": "1", "answer": "1"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"rows.jsonl:2: not valid JSON"):
+        load_rows(path, "completion", "answer")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_rows(tmp_path / "missing.jsonl", "completion", "answer")
+
+
+def test_score_script_writes_results_and_prints_the_summary(tmp_path, monkeypatch, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    output = tmp_path / "scored.jsonl"
+    argv = ["score.py", "--input", str(rows), "--output", str(output), "--reward_funcs", "accuracy"]
+    monkeypatch.setattr(sys, "argv", argv + ["--reward_num_workers", "0"])
+    runpy.run_path(str(ROOT / "scripts" / "score.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "accuracy: mean 0.6667, scored 1.0: 66.67%, None: 1, failures: 0" in printed
+    assert "1 rows scored None or failed" in printed and "row 2: gold=''" in printed
+    written = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [w["accuracy"] for w in written] == [1.0, 0.0, None, 1.0]
