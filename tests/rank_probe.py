@@ -1,0 +1,162 @@
+"""Test helper: run `scripts/train.py` unchanged, recording per-rank facts for the multi-process and LoRA tests.
+
+Used as the training script of an `accelerate launch`:
+
+    RANK_PROBE_DIR=/tmp/probe accelerate launch --config_file accelerate_configs/zero3_cpu.yaml \\
+        tests/rank_probe.py recipes/tiny_drgrpo.yaml --reward_funcs probe_digits ...
+
+Before handing over to `scripts/train.py` (run as `__main__`, so the real parse -> `drgrpo.training.train` path
+runs), it installs two test-only things:
+- the reward name `probe_digits` (`digit_reward`), used when it is the run's only reward. The randomly initialised
+  tiny model never answers the addition task, so `accuracy` is 0 for every completion, every advantage is 0 and
+  nothing would train; the share of digit characters varies between completions, so groups have spread, the
+  advantages are non-zero and the weights move.
+- `ProbeTrainer` in place of `DrGRPOTrainer` inside `drgrpo.training`: it behaves identically and writes
+  `rank<i>.json` into `$RANK_PROBE_DIR` at the end of training with, per rank: how each parameter is partitioned
+  at the start and after the last optimizer step (DeepSpeed's `ds_numel` vs the local partition `ds_tensor.numel()`
+  and the size of the gathered `.data`), the final values of the local partitions of `PARTITION_SAMPLES`, every
+  micro-batch loss, and for every generation round the local prompts, the all-process rewards and the local
+  advantages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE_REWARD = "probe_digits"
+# Tensors whose local partitions are recorded at the end (the tiny model's tied embedding and one MLP matrix).
+PARTITION_SAMPLES = ("model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight")
+
+
+def _text(completion) -> str:
+    if isinstance(completion, list):  # conversational: [{"role": "assistant", "content": ...}]
+        return completion[-1].get("content") or ""
+    return completion or ""
+
+
+def digit_reward(completions: list, **kwargs) -> list[float]:
+    """Share of a completion's characters that are digits (0.0 for an empty completion): a reward that varies."""
+    scores = []
+    for completion in completions:
+        text = _text(completion)
+        scores.append(sum(char.isdigit() for char in text) / len(text) if text else 0.0)
+    return scores
+
+
+def partition_facts(model: torch.nn.Module) -> dict[str, dict]:
+    """Per parameter: full size (`ds_numel`), local partition size, size of the local `.data`, persistence."""
+    facts = {}
+    for name, param in model.named_parameters():
+        if not hasattr(param, "ds_numel"):
+            facts[name] = {"partitioned": False, "numel": param.numel()}
+            continue
+        facts[name] = {
+            "partitioned": True,
+            "ds_numel": int(param.ds_numel),
+            "ds_shape": list(param.ds_shape),
+            "local_partition": int(param.ds_tensor.numel()),
+            "data_numel": int(param.data.numel()),  # 0 while the full tensor is released (not gathered)
+            "persistent": bool(getattr(param, "ds_persist", False)),
+        }
+    return facts
+
+
+class _PartitionCallback(TrainerCallback):
+    """Records the partitioning once DeepSpeed has wrapped the model, and writes the rank's JSON at the end."""
+
+    def __init__(self, trainer: ProbeTrainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.trainer.probe["partition"] = partition_facts(model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        # After an optimizer step, mid-run: every gathered tensor must have been released again.
+        self.trainer.probe["partition_after_step"] = partition_facts(model)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        # This rank's slice of a few tensors, to compare with the consolidated checkpoint saved after training.
+        params = dict(model.named_parameters())
+        self.trainer.probe["local_values"] = {
+            name: params[name].ds_tensor.detach().float().flatten().tolist() for name in PARTITION_SAMPLES
+        }
+        self.trainer.write_probe()
+
+
+def _probe_trainer_class():
+    from drgrpo.trainer import DrGRPOTrainer
+
+    class ProbeTrainer(DrGRPOTrainer):
+        """`DrGRPOTrainer` that also records what each rank saw (nothing it computes is changed)."""
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            plugin = self.accelerator.state.deepspeed_plugin
+            self.probe = {
+                "process_index": self.accelerator.process_index,
+                "num_processes": self.accelerator.num_processes,
+                "zero_stage": plugin.zero_stage if plugin is not None else None,
+                "num_generations": self.num_generations,
+                "losses": [],
+                "rounds": [],
+            }
+            self.add_callback(_PartitionCallback(self))
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                self.probe["rounds"].append(
+                    {
+                        "prompts": [str(x["prompt"]) for x in inputs],
+                        "rewards": self._last_rewards_per_func.sum(dim=1).tolist(),
+                        "advantages": output["advantages"].tolist(),
+                    }
+                )
+            return output
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            self.probe["losses"].append(float(loss.detach()))
+            return loss
+
+        def write_probe(self) -> None:
+            out = Path(os.environ["RANK_PROBE_DIR"])
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"rank{self.accelerator.process_index}.json").write_text(json.dumps(self.probe))
+
+    return ProbeTrainer
+
+
+ProbeTrainer = None  # the class is built lazily so that importing this module for `digit_reward` stays cheap
+
+
+def install() -> None:
+    """Register `probe_digits` and swap `DrGRPOTrainer` for `ProbeTrainer` in `drgrpo.training`."""
+    global ProbeTrainer
+    import drgrpo.training as training
+
+    ProbeTrainer = _probe_trainer_class()
+    resolve = training.get_reward_funcs
+
+    def get_reward_funcs(specs, *args, **kwargs):
+        if list(specs) == [PROBE_REWARD]:
+            return [digit_reward]
+        return resolve(specs, *args, **kwargs)
+
+    training.get_reward_funcs = get_reward_funcs
+    training.DrGRPOTrainer = ProbeTrainer
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    install()
+    sys.argv = [str(ROOT / "scripts" / "train.py"), *sys.argv[1:]]
+    runpy.run_path(sys.argv[0], run_name="__main__")
