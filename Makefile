@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo train test lint advantages score
+.PHONY: install demo train test lint advantages plot compare score eval eval-compare
 
 install: $(STAMP)
 
@@ -48,9 +48,40 @@ REWARDS ?= 1 0 1 1 0 0 1 0
 advantages: install
 	$(PY) scripts/advantages.py $(REWARDS) $(ARGS)
 
+# Training curves of one or more runs, overlaid: `make plot RUNS="outputs/compare/tiny_grpo outputs/compare/tiny_drgrpo"`.
+RUNS ?= outputs/demo/model
+PLOT ?= outputs/plots/curves.png
+plot: install
+	$(PY) scripts/plot.py $(RUNS) --output $(PLOT)
+
+# GRPO vs Dr.GRPO on the tiny CPU task (same seed, model, data); writes outputs/compare/ (plot + summary.md).
+compare: install
+	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py $(if $(ARGS),-- $(ARGS))
+
 # Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
 # SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed.
 SCORE_INPUT ?=
 SCORE_REWARDS ?= accuracy
 score: install
 	$(PY) scripts/score.py --input $(SCORE_INPUT) --reward_funcs $(SCORE_REWARDS) $(ARGS)
+
+# Evaluate a checkpoint: `make eval MODEL=outputs/demo/model BENCH=math500 [N=8]`; BENCH is a preset (aime24 amc amc23
+# math500 minerva olympiadbench gsm8k) or a local file. N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is
+# greedy. TEMPLATE or EVAL_RECIPE (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/.
+MODEL ?= outputs/demo/model
+BENCH ?= math500
+N ?= 1
+TEMPERATURE ?= $(if $(filter 1,$(N)),0,1.0)
+MAX_NEW_TOKENS ?= 3000
+TEMPLATE ?=
+EVAL_RECIPE ?=
+eval: install
+	$(PY) scripts/evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) --n $(N) --temperature $(TEMPERATURE) \
+		--max_new_tokens $(MAX_NEW_TOKENS) $(if $(TEMPLATE),--prompt_template $(TEMPLATE)) \
+		$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(ARGS)
+
+# Evaluations side by side, models x benchmarks: `make eval-compare [EVALS="outputs/eval/a outputs/eval/b"]`
+# (ARGS="--metric maj@8 --paper" for another metric and the paper's Oat-Zero rows).
+EVALS ?= outputs/eval
+eval-compare: install
+	$(PY) scripts/compare_evals.py $(EVALS) $(ARGS)

@@ -520,6 +520,16 @@ def _eos_ids(model_generation_config, tokenizer) -> list[int]:
     return ids
 
 
+def _checkpoint_generation_config(model_path: str):
+    """The checkpoint's generation_config.json (for its stop tokens), or None when it has none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model_path)
+    except OSError:
+        return None
+
+
 class TransformersBackend:
     """Batched `model.generate` with left padding: what runs on CPU, and on a GPU without vLLM."""
 
@@ -549,8 +559,16 @@ class TransformersBackend:
             attention_mask[row, width - len(request.prompt_ids) :] = 1
         # A clean config: only the budget and the stop tokens, so a checkpoint's own sampling defaults
         # (temperature, top_k, repetition_penalty) cannot leak into the evaluation.
+        # transformers fills every field left unset from the checkpoint's generation_config, so the processors that
+        # act even in greedy decoding are set to neutral values explicitly.
         config = GenerationConfig(
-            max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=self.eos_ids, pad_token_id=self.pad_id
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            min_new_tokens=0,
         )
         processors = LogitsProcessorList()
         if temperature > 0:
@@ -599,11 +617,9 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             seed=seed,
-            # Our prompts are token ids built by `build_prompt`; vLLM must not re-apply generation defaults.
-            generation_config="vllm",
         )
         self.tokenizer = tokenizer
-        self.eos_ids = _eos_ids(getattr(self.llm.llm_engine, "generation_config", None), tokenizer)
+        self.eos_ids = _eos_ids(_checkpoint_generation_config(model_path), tokenizer)
 
     def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
         from vllm import SamplingParams
