@@ -22,28 +22,22 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainerCallback
 
+# The metric names live in an import-light module, so that plots read them without loading torch.
+from drgrpo.metric_names import (
+    GROUPS_ALL_CORRECT,
+    GROUPS_ALL_WRONG,
+    LENGTH_CORRECT,
+    LENGTH_INCORRECT,
+    PASS_AT_GROUP,
+    PASS_RATE,
+    TRL_CLIP_FRACTION,
+    TRL_ENTROPY,
+    TRL_KL,
+    TRL_ZERO_STD_SHARE,
+    TRUNCATION_RATE,
+)
+
 logger = logging.getLogger(__name__)
-
-PREFIX = "diag/"
-# Names of the per-step metrics, in the order they are documented.
-PASS_RATE = PREFIX + "pass_rate"
-PASS_AT_GROUP = PREFIX + "pass_at_group"
-GROUPS_ALL_CORRECT = PREFIX + "groups_all_correct"
-GROUPS_ALL_WRONG = PREFIX + "groups_all_wrong"
-LENGTH_CORRECT = PREFIX + "length_correct"
-LENGTH_INCORRECT = PREFIX + "length_incorrect"
-TRUNCATION_RATE = PREFIX + "truncation_rate"
-FIRST_UPDATE_RATIO_MEAN = PREFIX + "ratio/first_update_mean"
-FIRST_UPDATE_MAX_ABS_LOG_RATIO = PREFIX + "ratio/first_update_max_abs_log"
-SAMPLER_TRAINER_RATIO_MEAN = PREFIX + "ratio/sampler_trainer_mean"
-SAMPLER_TRAINER_MAX_ABS_LOG_RATIO = PREFIX + "ratio/sampler_trainer_max_abs_log"
-
-# TRL's own metric names that the warnings read (trl 1.16 `GRPOTrainer._generate_and_score_completions` and
-# `_compute_loss`).
-TRL_ZERO_STD_SHARE = "frac_reward_zero_std"
-TRL_ENTROPY = "entropy"
-TRL_CLIP_FRACTION = "clip_ratio/region_mean"
-TRL_KL = "kl"
 
 
 # ----------------------------------------------------------------------------------------------------------------------

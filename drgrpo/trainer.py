@@ -11,7 +11,7 @@ import logging
 import torch
 from trl import GRPOTrainer
 
-from drgrpo import diagnostics
+from drgrpo import diagnostics, metric_names
 from drgrpo.advantages import combine_rewards, group_advantages
 from drgrpo.config import DrGRPOConfig
 
@@ -123,11 +123,11 @@ class DrGRPOTrainer(GRPOTrainer):
     def _log_first_update_ratios(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
         """Log pi_theta/pi_old (TRL old log-probs) and pi_trainer/pi_sampler (vLLM log-probs) on this micro-batch."""
         pairs = (
-            ("old_per_token_logps", diagnostics.FIRST_UPDATE_RATIO_MEAN, diagnostics.FIRST_UPDATE_MAX_ABS_LOG_RATIO),
+            ("old_per_token_logps", metric_names.FIRST_UPDATE_RATIO_MEAN, metric_names.FIRST_UPDATE_MAX_ABS_LOG_RATIO),
             (
                 "sampling_per_token_logps",
-                diagnostics.SAMPLER_TRAINER_RATIO_MEAN,
-                diagnostics.SAMPLER_TRAINER_MAX_ABS_LOG_RATIO,
+                metric_names.SAMPLER_TRAINER_RATIO_MEAN,
+                metric_names.SAMPLER_TRAINER_MAX_ABS_LOG_RATIO,
             ),
         )
         for key, mean_name, max_name in pairs:

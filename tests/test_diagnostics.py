@@ -11,6 +11,7 @@ import torch
 from datasets import Dataset
 
 from drgrpo import diagnostics as d
+from drgrpo import metric_names as m
 from drgrpo.config import DrGRPOConfig
 
 NAN = math.nan
@@ -22,14 +23,14 @@ def test_group_shares_pass_rate_and_lengths_by_hand():
     correctness = torch.tensor([1.0, 1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0])
     lengths = torch.tensor([2, 2, 4, 4, 6, 10, 6, 10, 8, 8, 12, 12])
     metrics = d.batch_diagnostics(lengths, torch.zeros(12, dtype=torch.bool), correctness, group_size=4)
-    assert metrics[d.PASS_RATE] == pytest.approx(6 / 12)
-    assert metrics[d.GROUPS_ALL_CORRECT] == pytest.approx(1 / 3)
-    assert metrics[d.GROUPS_ALL_WRONG] == pytest.approx(1 / 3)
-    assert metrics[d.PASS_AT_GROUP] == pytest.approx(2 / 3)
+    assert metrics[m.PASS_RATE] == pytest.approx(6 / 12)
+    assert metrics[m.GROUPS_ALL_CORRECT] == pytest.approx(1 / 3)
+    assert metrics[m.GROUPS_ALL_WRONG] == pytest.approx(1 / 3)
+    assert metrics[m.PASS_AT_GROUP] == pytest.approx(2 / 3)
     # correct: 2,2,4,4,6,6 -> 24/6 = 4; incorrect: 10,10,8,8,12,12 -> 60/6 = 10
-    assert metrics[d.LENGTH_CORRECT] == pytest.approx(4.0)
-    assert metrics[d.LENGTH_INCORRECT] == pytest.approx(10.0)
-    assert metrics[d.TRUNCATION_RATE] == 0.0
+    assert metrics[m.LENGTH_CORRECT] == pytest.approx(4.0)
+    assert metrics[m.LENGTH_INCORRECT] == pytest.approx(10.0)
+    assert metrics[m.TRUNCATION_RATE] == 0.0
 
 
 def test_unscored_completions_are_in_no_share_and_threshold_applies():
@@ -38,8 +39,8 @@ def test_unscored_completions_are_in_no_share_and_threshold_applies():
     # Group 3: [0.4, 0.0] -> all wrong at threshold 0.5.
     correctness = torch.tensor([0.7, NAN, NAN, NAN, 0.4, 0.0])
     shares = d.group_outcome_shares(correctness, 2, threshold=0.5)
-    assert shares == {d.GROUPS_ALL_CORRECT: pytest.approx(1 / 3), d.GROUPS_ALL_WRONG: pytest.approx(1 / 3),
-                      d.PASS_AT_GROUP: pytest.approx(1 / 3)}  # fmt: skip
+    assert shares == {m.GROUPS_ALL_CORRECT: pytest.approx(1 / 3), m.GROUPS_ALL_WRONG: pytest.approx(1 / 3),
+                      m.PASS_AT_GROUP: pytest.approx(1 / 3)}  # fmt: skip
     assert d.pass_rate(correctness, 0.5) == pytest.approx(1 / 3)  # 1 correct of 3 scored
     correct_len, incorrect_len = d.mean_length_by_correctness(torch.tensor([1, 2, 3, 4, 5, 6]), correctness, 0.5)
     assert (correct_len, incorrect_len) == (1.0, 5.5)
@@ -142,8 +143,8 @@ def feed(callback: d.DiagnosticsCallback, rows: list[dict]) -> None:
 def test_callback_warns_once_per_kind_with_the_checklist_row(caplog):
     settings = DrGRPOConfig(output_dir="unused", use_cpu=True, report_to="none", diagnostics_window=3)
     callback = d.DiagnosticsCallback(settings)
-    healthy = {"frac_reward_zero_std": 0.3, d.TRUNCATION_RATE: 0.05, "entropy": 0.8, "clip_ratio/region_mean": 0.01}
-    stuck = {**healthy, "frac_reward_zero_std": 0.95, d.TRUNCATION_RATE: 0.6}
+    healthy = {"frac_reward_zero_std": 0.3, m.TRUNCATION_RATE: 0.05, "entropy": 0.8, "clip_ratio/region_mean": 0.01}
+    stuck = {**healthy, "frac_reward_zero_std": 0.95, m.TRUNCATION_RATE: 0.6}
     with caplog.at_level(logging.WARNING, logger="drgrpo.diagnostics"):
         feed(callback, [healthy] * 4)
         assert caplog.records == []
@@ -202,19 +203,19 @@ def test_trainer_logs_diagnostics_consistent_with_trl(tiny_model_path, addition_
     saw_mixed = False
     for log in generation_logs:
         # pass rate is the 0/1 reward's mean; all-correct + all-wrong groups are exactly TRL's zero-std groups.
-        assert log[d.PASS_RATE] == pytest.approx(log["rewards/first_char_even/mean"], abs=1e-6)
-        assert log[d.GROUPS_ALL_CORRECT] + log[d.GROUPS_ALL_WRONG] == pytest.approx(log["frac_reward_zero_std"])
-        assert log[d.TRUNCATION_RATE] == pytest.approx(log["completions/clipped_ratio"])
-        assert log[d.GROUPS_ALL_CORRECT] <= log[d.PASS_RATE] <= log[d.PASS_AT_GROUP]
-        if log[d.LENGTH_CORRECT] is not None and log[d.LENGTH_INCORRECT] is not None:
+        assert log[m.PASS_RATE] == pytest.approx(log["rewards/first_char_even/mean"], abs=1e-6)
+        assert log[m.GROUPS_ALL_CORRECT] + log[m.GROUPS_ALL_WRONG] == pytest.approx(log["frac_reward_zero_std"])
+        assert log[m.TRUNCATION_RATE] == pytest.approx(log["completions/clipped_ratio"])
+        assert log[m.GROUPS_ALL_CORRECT] <= log[m.PASS_RATE] <= log[m.PASS_AT_GROUP]
+        if log[m.LENGTH_CORRECT] is not None and log[m.LENGTH_INCORRECT] is not None:
             saw_mixed = True
             # The length split recombines into TRL's mean completion length.
-            recombined = log[d.PASS_RATE] * log[d.LENGTH_CORRECT] + (1 - log[d.PASS_RATE]) * log[d.LENGTH_INCORRECT]
+            recombined = log[m.PASS_RATE] * log[m.LENGTH_CORRECT] + (1 - log[m.PASS_RATE]) * log[m.LENGTH_INCORRECT]
             assert recombined == pytest.approx(log["completions/mean_length"])
         # Before the first update the trainer's log-probs are the ones TRL stored as old: ratio 1.
-        assert log[d.FIRST_UPDATE_RATIO_MEAN] == pytest.approx(1.0, abs=1e-4)
-        assert log[d.FIRST_UPDATE_MAX_ABS_LOG_RATIO] < 1e-3
+        assert log[m.FIRST_UPDATE_RATIO_MEAN] == pytest.approx(1.0, abs=1e-4)
+        assert log[m.FIRST_UPDATE_MAX_ABS_LOG_RATIO] < 1e-3
     assert saw_mixed
     # The second pass over each batch runs after an update: no first-update ratio is logged there.
     second_pass = [h for h in history if "entropy" in h and "reward" not in h]
-    assert second_pass and all(d.FIRST_UPDATE_RATIO_MEAN not in h for h in second_pass)
+    assert second_pass and all(m.FIRST_UPDATE_RATIO_MEAN not in h for h in second_pass)

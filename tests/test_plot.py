@@ -1,0 +1,129 @@
+"""Curves from trainer_state.json files (series extraction, run discovery, the PNG) and the comparison summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pytest
+from conftest import PYTHON, ROOT
+
+from drgrpo import metric_names as d
+from drgrpo.comparison import comparison_markdown, difference_notes, final_mean, run_summary
+from drgrpo.plotting import PANELS, find_trainer_state, load_log_history, metric_series, run_labels
+
+
+def fake_history(steps: int, pass_rate_slope: float, incorrect_length: float) -> list[dict]:
+    """A log history like a DrGRPOTrainer run's, with a final summary entry that has no metrics."""
+    history = []
+    for step in range(1, steps + 1):
+        history.append(
+            {
+                "step": step,
+                "loss": 0.0,
+                "learning_rate": 1e-3,
+                "reward": pass_rate_slope * step,
+                d.PASS_RATE: pass_rate_slope * step,
+                d.PASS_AT_GROUP: min(1.0, 2 * pass_rate_slope * step),
+                d.LENGTH_CORRECT: 3.0,
+                d.LENGTH_INCORRECT: incorrect_length + 0.1 * step,
+                d.GROUPS_ALL_CORRECT: 0.1,
+                d.GROUPS_ALL_WRONG: 0.5 - 0.01 * step,
+                "frac_reward_zero_std": 0.6 - 0.01 * step,
+                d.TRUNCATION_RATE: 0.05,
+                "entropy": 1.0 - 0.02 * step,
+                "clip_ratio/region_mean": 0.0,
+                "completions/mean_length": 3.5,
+            }
+        )
+    history.append({"step": steps, "train_runtime": 12.0, "train_loss": 0.0})
+    return history
+
+
+def write_run(folder, history, *, in_checkpoint: int | None = None):
+    target = folder / f"checkpoint-{in_checkpoint}" if in_checkpoint else folder
+    target.mkdir(parents=True)
+    (target / "trainer_state.json").write_text(json.dumps({"global_step": len(history), "log_history": history}))
+    return folder
+
+
+def test_metric_series_skips_missing_and_none_and_keeps_the_later_duplicate():
+    history = [
+        {"step": 1, "kl": 0.1},
+        {"step": 2, d.LENGTH_CORRECT: None},  # no correct completion in the batch: TRL logs None
+        {"step": 2, "kl": float("nan")},
+        {"step": 3, "kl": 0.3},
+        {"step": 3, "kl": 0.35},  # the same step logged again after a resume: the later value wins
+    ]
+    assert metric_series(history, "kl") == ([1, 3], [0.1, 0.35])
+    assert metric_series(history, d.LENGTH_CORRECT) == ([], [])
+
+
+def test_trainer_state_is_found_in_run_dir_file_or_newest_checkpoint(tmp_path):
+    finished = write_run(tmp_path / "finished", [{"step": 1, "loss": 0.0}])
+    assert find_trainer_state(finished) == finished / "trainer_state.json"
+    assert find_trainer_state(finished / "trainer_state.json") == finished / "trainer_state.json"
+    running = tmp_path / "running"
+    write_run(running, [{"step": 2}], in_checkpoint=2)
+    write_run(running, [{"step": 10}], in_checkpoint=10)
+    assert load_log_history(running) == [{"step": 10}]  # checkpoint-10, not the lexically larger checkpoint-2
+    with pytest.raises(FileNotFoundError, match="No trainer_state.json in .*empty"):
+        find_trainer_state(tmp_path / "empty")
+
+
+def test_run_labels_disambiguate_same_names(tmp_path):
+    a, b, c = tmp_path / "grpo" / "model", tmp_path / "drgrpo" / "model", tmp_path / "other"
+    assert run_labels([a, b, c]) == ["grpo/model", "drgrpo/model", "other"]
+
+
+def test_plot_script_writes_a_png_with_every_panel(tmp_path):
+    grpo = write_run(tmp_path / "grpo", fake_history(12, 0.03, 3.0))
+    drgrpo = write_run(tmp_path / "drgrpo", fake_history(12, 0.04, 2.0))
+    output = tmp_path / "plots" / "curves.png"
+    result = subprocess.run(
+        [PYTHON, "scripts/plot.py", str(grpo), str(drgrpo), "--labels", "GRPO", "Dr.GRPO", "--output", str(output)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    width, height = Image.open(output).size
+    assert width > 1500 and height > 600  # 2 rows x 4 panels at a readable size
+    assert {panel.title for panel in PANELS} >= {"Entropy", "Learning rate", "Clip fraction", "KL to the reference"}
+
+    missing = subprocess.run(
+        [PYTHON, "scripts/plot.py", str(tmp_path / "nothing"), "--output", str(output)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "No trainer_state.json" in missing.stderr
+
+
+# --- comparison summary --------------------------------------------------------------------------------------------
+def test_final_mean_is_the_mean_of_the_last_logged_values():
+    history = fake_history(12, 0.05, 3.0)
+    # pass rate 0.05 * step; last 4 steps 9..12 -> 0.05 * 42 / 4 = 0.525
+    assert final_mean(history, d.PASS_RATE, 4) == pytest.approx(0.525)
+    assert final_mean(history, "kl", 4) is None
+
+
+def test_comparison_rows_notes_and_markdown():
+    evaluation_grpo = {"pass@1": 0.40, "mean_length_correct": 3.0, "mean_length_incorrect": 4.0, "num_problems": 200}
+    evaluation_dr = {"pass@1": 0.45, "mean_length_correct": 3.0, "mean_length_incorrect": None, "num_problems": 200}
+    grpo = run_summary("GRPO", "algorithm: GRPO (...)", fake_history(10, 0.05, 3.0), evaluation_grpo, window=2)
+    dr = run_summary("Dr.GRPO", "algorithm: Dr.GRPO (...)", fake_history(10, 0.05, 2.0), evaluation_dr, window=2)
+    # Over steps 9, 10: incorrect length 3.0 + 0.1 * step -> 3.95 (GRPO), 2.95 (Dr.GRPO); pass rate 0.05 * step
+    # -> 47.5%; zero-std share 0.6 - 0.01 * step -> 50.5% = all correct 10% + all wrong (0.5 - 0.01 * step) 40.5%.
+    assert grpo["train_length_incorrect"] == pytest.approx(3.95)
+    assert dr["train_length_incorrect"] == pytest.approx(2.95)
+    notes = difference_notes(grpo, dr)
+    assert notes[0] == "held-out pass@1: Dr.GRPO +5.00 points vs GRPO."
+    assert notes[1] == "mean length of incorrect training completions: Dr.GRPO -1.00 tokens vs GRPO."
+    assert notes[2] == "zero-variance group share: Dr.GRPO +0.00 points vs GRPO."
+    text = comparison_markdown([grpo, dr], {"pass@1": 0.1}, notes, window=2)
+    table = [line for line in text.splitlines() if line.startswith("| GRPO") or line.startswith("| Dr.GRPO")]
+    assert table[0].startswith("| GRPO | 40.0% | 47.5% | 3.00 / 3.95 | 3.00 / 4.00 | 50.5% (10.0% + 40.5%) | 5.0% |")
+    assert "3.00 / –" in table[1]  # no incorrect held-out answer: shown as missing, not as 0
+    assert "held-out pass@1 10.0%" in text
+    assert math.isclose(grpo["zero_std_share"], 0.505)
