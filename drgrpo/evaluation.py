@@ -356,6 +356,8 @@ def load_rows(
     if data:
         from drgrpo.data import load_local
 
+        if not Path(data).exists():
+            raise FileNotFoundError(f"Evaluation data {str(data)!r} does not exist (--data / BENCH=FILE).")
         return list(load_local(data))
     if dataset_name:
         from datasets import load_dataset
@@ -1073,6 +1075,9 @@ def run_evaluation(args: EvalArguments) -> dict:
         if (p.index, s) not in done
     ]
     backend_name = choose_backend(args.backend)
+    total = len(bench.problems) * args.n
+    if done:
+        logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
     if pending:
         _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path)
 

@@ -18,6 +18,17 @@ from drgrpo.evaluation import evaluate, pass_at_k
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The tiny model is too small to gain from threads; on a shared CPU extra threads only contend (~10x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def read_rows(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
 
@@ -108,14 +119,14 @@ def _rows_by_key(folder: Path) -> dict:
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tiny_model_path, tmp_path):
-    problems = [{"question": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(3)]
+    problems = [{"question": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(2)]
     data = write_jsonl(tmp_path / "resume.jsonl", problems)
     killed_dir = tmp_path / "killed"
     argv = [
         "--model_name_or_path", str(tiny_model_path), "--benchmark", str(data), "--n", "4", "--temperature", "1.0",
-        "--max_new_tokens", "12", "--seed", "7", "--output_dir", str(killed_dir), "--progress", "false",
+        "--max_new_tokens", "10", "--seed", "7", "--output_dir", str(killed_dir), "--progress", "false",
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
         [PYTHON, "scripts/evaluate.py", *argv, "--batch_size", "1"],
         cwd=ROOT,
@@ -129,12 +140,12 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tiny_model_path, tmp_pat
         while time.monotonic() < deadline and process.poll() is None:
             if samples.exists() and samples.read_bytes().count(b"\n") >= 5:
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
     finally:
         process.send_signal(signal.SIGKILL)
         _, stderr = process.communicate()
     written = samples.read_bytes().count(b"\n") if samples.exists() else 0
-    assert 5 <= written < 48, f"the run should have been killed half way ({written} rows): {stderr.decode()[-2000:]}"
+    assert 5 <= written < 32, f"the run should have been killed half way ({written} rows): {stderr.decode()[-2000:]}"
     assert not (killed_dir / "summary.json").exists()
 
     # The same command again (other batch size: samples do not depend on batching) completes the run.
@@ -143,7 +154,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tiny_model_path, tmp_pat
     resumed = evaluate_cli([*argv, "--batch_size", "8"])
     rows = read_rows(killed_dir)
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
-    assert len(keys) == len(set(keys)) == 48, "no duplicate and no missing sample after resuming"
+    assert len(keys) == len(set(keys)) == 32, "no duplicate and no missing sample after resuming"
 
     uninterrupted = evaluate_cli([*argv[:-4], "--output_dir", str(tmp_path / "whole"), "--batch_size", "16"])
     drop = {"output_dir"}
