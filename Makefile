@@ -66,8 +66,10 @@ score: install
 	$(PY) scripts/score.py --input $(SCORE_INPUT) --reward_funcs $(SCORE_REWARDS) $(ARGS)
 
 # Evaluate a checkpoint: `make eval MODEL=outputs/demo/model BENCH=math500 [N=8]`; BENCH is a preset (aime24 amc amc23
-# math500 minerva olympiadbench gsm8k) or a local file. N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is
-# greedy. TEMPLATE or EVAL_RECIPE (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/.
+# math500 minerva olympiadbench gsm8k), a local file, several of them in quotes, or `paper` (the Dr.GRPO paper's Table 4
+# suite: aime24 amc math500 minerva olympiadbench). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
+# (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/<model>/<benchmark>/.
+PAPER_SUITE := aime24 amc math500 minerva olympiadbench
 MODEL ?= outputs/demo/model
 BENCH ?= math500
 N ?= 1
@@ -76,9 +78,11 @@ MAX_NEW_TOKENS ?= 3000
 TEMPLATE ?=
 EVAL_RECIPE ?=
 eval: install
-	$(PY) scripts/evaluate.py --model_name_or_path $(MODEL) --benchmark $(BENCH) --n $(N) --temperature $(TEMPERATURE) \
-		--max_new_tokens $(MAX_NEW_TOKENS) $(if $(TEMPLATE),--prompt_template $(TEMPLATE)) \
-		$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(ARGS)
+	for bench in $(patsubst paper,$(PAPER_SUITE),$(BENCH)); do \
+		$(PY) scripts/evaluate.py --model_name_or_path $(MODEL) --benchmark $$bench --n $(N) --temperature $(TEMPERATURE) \
+			--max_new_tokens $(MAX_NEW_TOKENS) $(if $(TEMPLATE),--prompt_template $(TEMPLATE)) \
+			$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(ARGS) || exit 1; \
+	done
 
 # Evaluations side by side, models x benchmarks: `make eval-compare [EVALS="outputs/eval/a outputs/eval/b"]`
 # (ARGS="--metric maj@8 --paper" for another metric and the paper's Oat-Zero rows).
