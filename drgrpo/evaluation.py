@@ -362,7 +362,13 @@ def load_rows(
     if dataset_name:
         from datasets import load_dataset
 
-        return list(load_dataset(dataset_name, dataset_config, split=split))
+        try:
+            return list(load_dataset(dataset_name, dataset_config, split=split))
+        except (ConnectionError, OSError) as error:  # offline, or the hub is unreachable
+            raise RuntimeError(
+                f"Cannot load {dataset_name} ({split}) from the hub: {error}. Without hub access, download the "
+                "benchmark file elsewhere and pass it with --data FILE (the preset still picks the columns)."
+            ) from error
     raise ValueError("No data: pass a benchmark preset (--benchmark) or a local file (--data FILE).")
 
 
