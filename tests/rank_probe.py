@@ -51,6 +51,17 @@ def digit_reward(completions: list, **kwargs) -> list[float]:
     return scores
 
 
+def with_probe_reward(resolve):
+    """Wrap a `get_reward_funcs`: the spec list [PROBE_REWARD] resolves to `digit_reward`, anything else as before."""
+
+    def get_reward_funcs(specs, *args, **kwargs):
+        if list(specs) == [PROBE_REWARD]:
+            return [digit_reward]
+        return resolve(specs, *args, **kwargs)
+
+    return get_reward_funcs
+
+
 def partition_facts(model: torch.nn.Module) -> dict[str, dict]:
     """Per parameter: full size (`ds_numel`), local partition size, size of the local `.data`, persistence."""
     facts = {}
@@ -144,14 +155,7 @@ def install() -> None:
     import drgrpo.training as training
 
     ProbeTrainer = _probe_trainer_class()
-    resolve = training.get_reward_funcs
-
-    def get_reward_funcs(specs, *args, **kwargs):
-        if list(specs) == [PROBE_REWARD]:
-            return [digit_reward]
-        return resolve(specs, *args, **kwargs)
-
-    training.get_reward_funcs = get_reward_funcs
+    training.get_reward_funcs = with_probe_reward(training.get_reward_funcs)
     training.DrGRPOTrainer = ProbeTrainer
 
 
