@@ -25,6 +25,7 @@ class Panel:
     title: str
     ylabel: str
     series: tuple[tuple[str, str], ...]
+    when_missing: str = "not logged"
 
 
 PANELS: tuple[Panel, ...] = (
@@ -44,7 +45,7 @@ PANELS: tuple[Panel, ...] = (
         ((d.GROUPS_ALL_CORRECT, "all correct"), (d.GROUPS_ALL_WRONG, "all wrong"), (d.TRL_ZERO_STD_SHARE, "total")),
     ),
     Panel("Entropy", "nats per token", ((d.TRL_ENTROPY, "entropy"),)),
-    Panel("KL to the reference", "k3 estimate per token", ((d.TRL_KL, "KL"),)),
+    Panel("KL to the reference", "k3 estimate per token", ((d.TRL_KL, "KL"),), "not logged: beta = 0 (no KL term)"),
     Panel("Clip fraction", "share of tokens", ((d.TRL_CLIP_FRACTION, "clipped"),)),
     Panel("Truncated completions", "share of completions", ((d.TRUNCATION_RATE, "truncated"),)),
     Panel("Learning rate", "lr", ((d.LEARNING_RATE, "lr"),)),
@@ -93,6 +94,24 @@ def metric_series(history: Sequence[Mapping], key: str) -> tuple[list[int], list
     return steps, [by_step[step] for step in steps]
 
 
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over up to `window` values (fewer at the start), so a curve is not shifted ahead of its data."""
+    if window < 1:
+        raise ValueError(f"smoothing window must be >= 1, got {window}.")
+    averaged, total = [], 0.0
+    for index, value in enumerate(values):
+        total += value
+        if index >= window:
+            total -= values[index - window]
+        averaged.append(total / min(index + 1, window))
+    return averaged
+
+
+def auto_window(num_points: int) -> int:
+    """Smoothing window for a curve of `num_points` logs: none below 30 points, else about 1/20 of the run."""
+    return 1 if num_points < 30 else max(2, round(num_points / 20))
+
+
 def run_labels(runs: Sequence[str | Path]) -> list[str]:
     """Legend labels: each run folder's name, with its parent prepended where names collide."""
     paths = [Path(run).resolve() for run in runs]
@@ -101,8 +120,14 @@ def run_labels(runs: Sequence[str | Path]) -> list[str]:
     return [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in paths]
 
 
-def plot_runs(histories: Mapping[str, Sequence[Mapping]], output: str | Path, title: str | None = None) -> Path:
-    """Draw every panel of `PANELS` for the labelled runs (one colour per run, one line style per series) to a PNG."""
+def plot_runs(
+    histories: Mapping[str, Sequence[Mapping]], output: str | Path, title: str | None = None, smooth: int | None = None
+) -> Path:
+    """Draw every panel of `PANELS` for the labelled runs (one colour per run, one line style per series) to a PNG.
+
+    Per-step GRPO metrics are noisy (a batch holds few groups), so each curve is drawn faint as logged and solid as a
+    trailing moving average over `smooth` logs (None: `auto_window`; 1: no smoothing).
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers and CI
@@ -124,7 +149,12 @@ def plot_runs(histories: Mapping[str, Sequence[Mapping]], output: str | Path, ti
                 if not steps:
                     continue
                 name = label if len(panel.series) == 1 else f"{label}: {series_label}"
-                ax.plot(steps, values, styles[series_index % len(styles)], color=colour, label=name,
+                style = styles[series_index % len(styles)]
+                window = smooth if smooth is not None else auto_window(len(steps))
+                if window > 1:
+                    ax.plot(steps, values, style, color=colour, alpha=0.2, linewidth=0.8)
+                    name += f" ({window}-log mean)"
+                ax.plot(steps, moving_average(values, window), style, color=colour, label=name,
                         marker="." if len(steps) < 30 else None)  # fmt: skip
                 drawn += 1
         ax.set_title(panel.title, fontsize=10)
@@ -135,7 +165,8 @@ def plot_runs(histories: Mapping[str, Sequence[Mapping]], output: str | Path, ti
             ax.legend(fontsize=7)
         else:
             keys = ", ".join(key for key, _ in panel.series)
-            ax.text(0.5, 0.5, f"not logged\n({keys})", ha="center", va="center", transform=ax.transAxes, color="gray")
+            message = f"{panel.when_missing}\n({keys})"
+            ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
     for ax in list(axes.flat)[len(PANELS) :]:
         ax.axis("off")
     fig.suptitle(title or " vs ".join(histories), fontsize=12)

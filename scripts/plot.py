@@ -15,6 +15,7 @@ def main() -> None:
     parser.add_argument("--labels", nargs="+", help="legend label per run (default: the folder names)")
     parser.add_argument("--output", default="outputs/plots/curves.png", help="PNG file to write")
     parser.add_argument("--title", default=None, help="figure title (default: the labels)")
+    parser.add_argument("--smooth", type=int, default=None, help="moving-average window, in logs (1: raw)")
     args = parser.parse_args()
     labels = args.labels or run_labels(args.runs)
     if len(labels) != len(args.runs):
@@ -23,7 +24,7 @@ def main() -> None:
         histories = {label: load_log_history(run) for label, run in zip(labels, args.runs, strict=True)}
     except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))
-    print(f"wrote {plot_runs(histories, args.output, title=args.title)}")
+    print(f"wrote {plot_runs(histories, args.output, title=args.title, smooth=args.smooth)}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,15 @@ from conftest import PYTHON, ROOT
 
 from drgrpo import metric_names as d
 from drgrpo.comparison import comparison_markdown, difference_notes, final_mean, run_summary
-from drgrpo.plotting import PANELS, find_trainer_state, load_log_history, metric_series, run_labels
+from drgrpo.plotting import (
+    PANELS,
+    auto_window,
+    find_trainer_state,
+    load_log_history,
+    metric_series,
+    moving_average,
+    run_labels,
+)
 
 
 def fake_history(steps: int, pass_rate_slope: float, incorrect_length: float) -> list[dict]:
@@ -58,6 +66,15 @@ def test_metric_series_skips_missing_and_none_and_keeps_the_later_duplicate():
     ]
     assert metric_series(history, "kl") == ([1, 3], [0.1, 0.35])
     assert metric_series(history, d.LENGTH_CORRECT) == ([], [])
+
+
+def test_moving_average_is_trailing_and_auto_window_grows_with_the_run():
+    # window 3: [1], [1, 2], [1, 2, 3], [2, 3, 10], [3, 10, 4]
+    assert moving_average([1.0, 2.0, 3.0, 10.0, 4.0], 3) == pytest.approx([1.0, 1.5, 2.0, 5.0, 17 / 3])
+    assert moving_average([1.0, 5.0], 1) == [1.0, 5.0]
+    with pytest.raises(ValueError, match="window"):
+        moving_average([1.0], 0)
+    assert (auto_window(12), auto_window(60), auto_window(1000)) == (1, 3, 50)
 
 
 def test_trainer_state_is_found_in_run_dir_file_or_newest_checkpoint(tmp_path):
