@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo train test lint advantages plot compare score eval eval-compare
+.PHONY: install demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -89,3 +89,23 @@ eval: install
 EVALS ?= outputs/eval
 eval-compare: install
 	$(PY) scripts/compare_evals.py $(EVALS) $(ARGS)
+
+# Check a recipe before spending GPU hours (no GPU, no weights): batch per step and per generation round, context,
+# per-GPU memory, vLLM/ZeRO-3 settings. `make plan RECIPE=recipes/qwen3_8b_drgrpo.yaml [NUM_PROCESSES=16]
+# [ACCELERATE_CONFIG=accelerate_configs/zero3.yaml] [ARGS="--gradient_accumulation_steps 4"]` (ARGS: recipe overrides).
+NUM_PROCESSES ?=
+plan: install
+	$(PY) scripts/plan.py $(RECIPE) $(if $(NUM_PROCESSES),--num_processes $(NUM_PROCESSES)) \
+		$(if $(ACCELERATE_CONFIG),--accelerate_config $(ACCELERATE_CONFIG)) $(if $(ARGS),-- $(ARGS))
+
+# The vLLM server of a `vllm_mode: server` recipe, on the GPUs its training leaves free (model, port and context come
+# from the recipe): `make vllm-serve [VLLM_RECIPE=...] [VLLM_GPUS=4,5,6,7] [VLLM_TP=1]`, one replica per VLLM_TP GPUs.
+# Needs vLLM (GPU machines): `make install EXTRAS=dev,vllm`.
+VLLM_RECIPE ?= recipes/qwen3_8b_drgrpo_vllm_server.yaml
+VLLM_GPUS ?= 4,5,6,7
+VLLM_TP ?= 1
+comma := ,
+vllm-serve:
+	@$(PY) -c "import vllm" 2>/dev/null || { echo "vLLM is not installed: make install EXTRAS=dev,vllm (GPU machines only)"; exit 1; }
+	CUDA_VISIBLE_DEVICES=$(VLLM_GPUS) $(VENV)/bin/trl vllm-serve $$($(PY) scripts/plan.py $(VLLM_RECIPE) --vllm_serve_args) \
+		--tensor_parallel_size $(VLLM_TP) --data_parallel_size $$(( $(words $(subst $(comma), ,$(VLLM_GPUS))) / $(VLLM_TP) ))

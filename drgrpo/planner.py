@@ -615,18 +615,6 @@ def plan_recipe(
             zero_stage=header["zero_stage"],
             on_gpu=not header["cpu"],
         )
-    if header["world_size"] is not None and header["world_size"] != setup.world_size:
-        findings.append(
-            Finding(
-                "warning",
-                "world size",
-                f"The recipe is written for world size {header['world_size']} (its header); this plan is for "
-                f"{setup.world_size}, so the batch per optimizer step changes with it (see above).",
-                "keep the recipe's batch by scaling gradient_accumulation_steps (or per_device_train_batch_size) "
-                f"by {header['world_size']}/{setup.world_size} on the command line.",
-            )
-        )
-
     script_args, args, model_args, batch = parse_for_planning(recipe, overrides)
     explicit = set(recipe_values(recipe, overrides))
     report = PlanReport(recipe=recipe, setup=setup, gpu_memory_bytes=int(gpu_memory_gib * GIB), findings=findings)
@@ -641,6 +629,7 @@ def plan_recipe(
         num_iterations=args.num_iterations,
     )
     findings.extend(batch_findings)
+    findings.extend(_world_size_findings(recipe, header["world_size"], report.batch))
     if args.eval_strategy != "no":
         eval_generations = batch["num_generations_eval"] or batch["num_generations"]
         eval_batch = batch["per_device_eval_batch_size"] * setup.world_size
@@ -712,6 +701,32 @@ def plan_recipe(
                 report.vllm_bytes = int(args.vllm_gpu_memory_utilization * report.gpu_memory_bytes)
             findings.extend(_memory_findings(report, args))
     return report
+
+
+def _world_size_findings(recipe: str, header_world_size: int | None, plan: BatchPlan | None) -> list[Finding]:
+    """A warning when this world size changes the optimizer-step batch the recipe was written for (its header's
+    world size with the file's own batch keys); none when the overrides keep it."""
+    if header_world_size is None or plan is None or header_world_size == plan.world_size:
+        return []
+    from drgrpo.config import DrGRPOConfig
+
+    values = recipe_values(recipe)
+    defaults = {f.name: f.default for f in dataclasses.fields(DrGRPOConfig)}
+    per_device = values.get("per_device_train_batch_size", defaults["per_device_train_batch_size"])
+    accumulation = values.get("gradient_accumulation_steps", defaults["gradient_accumulation_steps"])
+    written = per_device * header_world_size * accumulation
+    if plan.completions_per_step == written:
+        return []
+    return [
+        Finding(
+            "warning",
+            "world size",
+            f"The recipe is written for world size {header_world_size} (its header): {written} completions per "
+            f"optimizer step; at {plan.world_size} processes it takes {plan.completions_per_step}.",
+            f"keep the recipe's batch by scaling gradient_accumulation_steps (or per_device_train_batch_size) by "
+            f"{header_world_size}/{plan.world_size} on the command line.",
+        )
+    ]
 
 
 def _generation_findings(args, setup: LaunchSetup, explicit: set[str]) -> list[Finding]:

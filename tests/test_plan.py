@@ -334,6 +334,17 @@ def test_a_full_8b_fine_tune_does_not_fit_two_gpus():
     assert plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo_lora.yaml", num_processes=2).ok
 
 
+def test_two_nodes_keep_the_batch_only_with_scaled_accumulation():
+    recipe = ROOT / "recipes/qwen3_8b_drgrpo.yaml"
+    doubled = plan_recipe(recipe, num_processes=16)
+    assert doubled.ok and doubled.batch.completions_per_step == 2048 and doubled.setup.num_nodes == 2
+    (warning,) = [f for f in doubled.findings if f.key == "world size"]
+    assert "1024 completions per optimizer step" in warning.message and "8/16" in warning.fix
+    kept = plan_recipe(recipe, num_processes=16, overrides=["--gradient_accumulation_steps", "4"])
+    assert kept.ok and kept.batch.completions_per_step == 1024
+    assert not [f for f in kept.findings if f.key == "world size"]
+
+
 def test_ddp_for_the_8b_recipe_is_rejected():
     report = plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo.yaml", accelerate_config=ROOT / "accelerate_configs/ddp.yaml")
     (error,) = report.errors
