@@ -159,8 +159,22 @@ def install() -> None:
     training.DrGRPOTrainer = ProbeTrainer
 
 
+def skip_shm_kernel() -> None:
+    """Let the CPU collectives go through gloo alone, without DeepSpeed's optional shared-memory kernel.
+
+    DeepSpeed JIT-compiles that kernel (C++, 1-3 minutes on a busy 2-core machine) the first time a machine runs
+    ZeRO on CPU. It only speeds up CPU all-reduces; GPU runs use NCCL and never build it, and the collectives' results
+    are the same, so the test skips the compile. (`deepspeed.ops.__compatible_ops__` is the dict DeepSpeed consults
+    before building an op, and it keeps edits.)
+    """
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    skip_shm_kernel()
     install()
     sys.argv = [str(ROOT / "scripts" / "train.py"), *sys.argv[1:]]
     runpy.run_path(sys.argv[0], run_name="__main__")
