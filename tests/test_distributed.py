@@ -71,6 +71,8 @@ def zero3_run(tmp_path_factory, tiny_model_path, addition_data) -> dict:
         str(PER_DEVICE_BATCH),
         "--num_generations",
         str(NUM_GENERATIONS),
+        "--gradient_accumulation_steps",
+        "1",  # one micro-batch (one recorded loss) per optimizer step
         "--reward_funcs",
         "probe_digits",
         "--logging_steps",
@@ -117,7 +119,7 @@ def test_every_parameter_is_split_in_half(zero3_run):
 
 def test_loss_is_finite_on_both_ranks(zero3_run):
     for rank in zero3_run["ranks"]:
-        # One loss per micro-batch: gradient_accumulation_steps is 1 in the tiny recipe.
+        # One loss per micro-batch, one micro-batch per optimizer step.
         assert len(rank["losses"]) == MAX_STEPS
         assert all(math.isfinite(loss) for loss in rank["losses"]), rank["losses"]
     # The reward varies, so at least one step had a non-zero loss somewhere: the run really trained.
