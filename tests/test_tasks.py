@@ -38,7 +38,9 @@ def test_sloppy_demonstrations_error_rate():
     demos = sloppy_demonstrations(rows, carry_error_rate=0.8, seed=0)
     wrong = sum(demo["completion"] != row["answer"] for demo, row in zip(demos, rows, strict=True))
     assert wrong / len(rows) == pytest.approx(0.8, abs=0.03)
-    assert all(int(d["completion"]) in (int(r["answer"]), int(r["answer"]) - 10) for d, r in zip(demos, rows))
+    assert all(
+        int(d["completion"]) in (int(r["answer"]), int(r["answer"]) - 10) for d, r in zip(demos, rows, strict=True)
+    )
 
 
 def test_format_table():
