@@ -176,6 +176,28 @@ def test_callback_off_switch(tiny_model_path, tmp_path):
         assert has_callback is enabled
 
 
+def test_vllm_sampler_ratio_is_logged_next_to_the_first_update_ratio(tiny_model_path, tmp_path):
+    """The vLLM branch without vLLM: the probe's logging gets TRL-shaped inputs holding both reference log-probs."""
+    from drgrpo.trainer import DrGRPOTrainer
+    from rewards import accuracy
+
+    dataset = Dataset.from_list([{"prompt": "1+1=", "answer": "2"}] * 8)
+    args = DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=4,
+                        per_device_train_batch_size=8, max_completion_length=4)  # fmt: skip
+    trainer = DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[accuracy], args=args, train_dataset=dataset)
+    ln2 = math.log(2.0)
+    current = torch.tensor([[0.0, 0.0, 0.0]])
+    inputs = {
+        "old_per_token_logps": torch.tensor([[0.0, 0.0, 9.0]]),  # trainer's own old log-probs: ratio 1 (3rd masked)
+        "sampling_per_token_logps": torch.tensor([[ln2, -ln2, 9.0]]),  # vLLM's: ratios 1/2 and 2
+    }
+    trainer._log_first_update_ratios(current, inputs, mask=torch.tensor([[1, 1, 0]]))
+    logged = trainer._metrics["train"]
+    assert logged[m.FIRST_UPDATE_RATIO_MEAN] == [1.0] and logged[m.FIRST_UPDATE_MAX_ABS_LOG_RATIO] == [0.0]
+    assert logged[m.SAMPLER_TRAINER_RATIO_MEAN] == [pytest.approx(1.25)]
+    assert logged[m.SAMPLER_TRAINER_MAX_ABS_LOG_RATIO] == [pytest.approx(ln2)]
+
+
 # --- end to end: the trainer's logs agree with TRL's independently computed metrics ---------------------------------
 def first_char_even(completions, **kwargs) -> list[float]:
     """A 0/1 reward that the random tiny model passes about half the time, so groups are mixed."""
