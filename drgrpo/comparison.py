@@ -35,19 +35,19 @@ class CompareSettings:
 
 
 def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path, Path]:
-    """(warm-started model, train file, test file) of the demo; built with `drgrpo.demo`'s stages when missing."""
-    from drgrpo.demo import DemoSettings, warm_start
-    from drgrpo.tasks import write_addition_task
+    """(warm-started model, train file, test file) of the demo; built with `drgrpo.demo`'s own stages when missing,
+    so that the comparison starts from exactly the policy and task that `make demo` trains."""
+    from drgrpo.demo import DemoSettings, warm_start, write_task
     from drgrpo.tiny import build_tiny_model
 
     demo_dir = Path(demo_dir)
     model, train_file, test_file = demo_dir / "sft", demo_dir / "data" / "train.jsonl", demo_dir / "data" / "test.jsonl"
     if (model / "config.json").is_file() and train_file.is_file() and test_file.is_file():
-        logger.warning("Reusing the demo's warm-started model and data in %s", demo_dir)
+        logger.warning("Reusing the demo's warm-started model and data in %s (delete it to rebuild)", demo_dir)
         return model, train_file, test_file
     logger.warning("Building the demo's task, tiny model and SFT warm-start in %s", demo_dir)
     settings = DemoSettings(output_dir=str(demo_dir), seed=seed)
-    data = write_addition_task(demo_dir / "data", max_operand=settings.max_operand, num_test=settings.num_test)
+    data = write_task(settings)
     base = build_tiny_model(demo_dir / "base", seed=seed)
     warm_start(base, data["train"], model, settings)
     return model, data["train"], data["test"]
@@ -118,7 +118,14 @@ def comparison_markdown(rows: Sequence[Mapping], baseline: Mapping | None, notes
     lines += ["", "Algorithms:", *[f"- {row['run']}: `{row['algorithm']}`" for row in rows]]
     if notes:
         lines += ["", "Measured:", *[f"- {note}" for note in notes]]
-    lines += ["", "Curves: `curves.png` (same folder).", ""]
+    lines += [
+        "",
+        "One seed per algorithm: a gap of a few points may not survive another seed "
+        "(`python scripts/compare.py --seed 1 --output_dir outputs/compare-seed1` shows the spread).",
+        "",
+        "Curves: `curves.png` (same folder).",
+        "",
+    ]
     return "\n".join(lines)
 
 
