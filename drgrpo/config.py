@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
 from drgrpo.data import DataArguments
@@ -87,6 +88,10 @@ class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
         if self.beta is not None:
             self.beta = float(self.beta)
         resolve_dr_grpo(self)
+        if self.bf16 is None and not self.fp16 and not self.use_cpu and not is_torch_bf16_gpu_available():
+            # TRL turns an unset bf16 into True, which transformers refuses on a machine without a bf16 GPU (unless
+            # use_cpu is set). Unset there means fp32, so the config can be built and inspected anywhere.
+            self.bf16 = False
         if self.num_generations is not None and self.num_generations < 2:
             raise ValueError(
                 f"num_generations={self.num_generations}: GRPO needs at least 2 completions per prompt. The advantage "

@@ -104,3 +104,11 @@ def test_unknown_command_line_key(tmp_path):
     recipe.write_text(f"use_cpu: true\nbf16: false\noutput_dir: {tmp_path}\n")
     with pytest.raises(ValueError, match="Unknown key 'dr_gpro' in the command line.*'dr_grpo'"):
         parse_recipe([str(recipe), "--dr_gpro", "true"])
+
+
+def test_config_builds_without_gpu_when_bf16_is_unset():
+    # The check: `DrGRPOConfig(output_dir=..., dr_grpo=True)` on any machine shows the resolved values.
+    config = DrGRPOConfig(output_dir="/tmp/drgrpo-test", dr_grpo=True)
+    assert (config.scale_rewards, config.loss_type, config.beta) == ("none", "dr_grpo", 0.0)
+    if not __import__("torch").cuda.is_available():
+        assert config.bf16 is False
