@@ -1,6 +1,7 @@
 """The dr_grpo switch, its conflicts, and the recipe parser's errors."""
 
 import pytest
+import torch
 
 from drgrpo.cli import parse_recipe
 from drgrpo.config import DrGRPOConfig
@@ -110,5 +111,5 @@ def test_config_builds_without_gpu_when_bf16_is_unset():
     # The issue's check: `DrGRPOConfig(output_dir=..., dr_grpo=True)` on any machine shows the resolved values.
     config = DrGRPOConfig(output_dir="/tmp/drgrpo-test", dr_grpo=True)
     assert (config.scale_rewards, config.loss_type, config.beta) == ("none", "dr_grpo", 0.0)
-    if not __import__("torch").cuda.is_available():
+    if not torch.cuda.is_available():
         assert config.bf16 is False
