@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
+from pathlib import Path
 
 import yaml
 from trl import ModelConfig, TrlParser
@@ -58,4 +59,9 @@ def parse_recipe(argv: Sequence[str]) -> tuple[ScriptArguments, DrGRPOConfig, Mo
     parser = make_parser()
     argv = recipe_argv(argv)
     check_keys(parser, argv)
-    return parser.parse_args_and_config(argv)
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    if training_args.run_name is None and "--config" in argv:
+        # Name the run after its recipe (recipes/qwen3_8b_drgrpo.yaml -> qwen3-8b-drgrpo) so that dashboards group
+        # runs of one recipe, unless the recipe or command line names it.
+        training_args.run_name = Path(argv[argv.index("--config") + 1]).stem.replace("_", "-")
+    return script_args, training_args, model_args

@@ -37,8 +37,7 @@ class CompareSettings:
 def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path, Path]:
     """(warm-started model, train file, test file) of the demo; built with `drgrpo.demo`'s own stages when missing,
     so that the comparison starts from exactly the policy and task that `make demo` trains."""
-    from drgrpo.demo import DemoSettings, warm_start, write_task
-    from drgrpo.tiny import build_tiny_model
+    from drgrpo.demo import DemoSettings, prepare_warm_start
 
     demo_dir = Path(demo_dir)
     model, train_file, test_file = demo_dir / "sft", demo_dir / "data" / "train.jsonl", demo_dir / "data" / "test.jsonl"
@@ -46,10 +45,7 @@ def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path,
         logger.warning("Reusing the demo's warm-started model and data in %s (delete it to rebuild)", demo_dir)
         return model, train_file, test_file
     logger.warning("Building the demo's task, tiny model and SFT warm-start in %s", demo_dir)
-    settings = DemoSettings(output_dir=str(demo_dir), seed=seed)
-    data = write_task(settings)
-    base = build_tiny_model(demo_dir / "base", seed=seed)
-    warm_start(base, data["train"], model, settings)
+    _, model, data = prepare_warm_start(DemoSettings(output_dir=str(demo_dir), seed=seed))
     return model, data["train"], data["test"]
 
 
@@ -148,7 +144,7 @@ def difference_notes(first: Mapping, second: Mapping) -> list[str]:
 def run_comparison(settings: CompareSettings) -> dict:
     """Train and evaluate both recipes, write `curves.png`, `summary.md` and `summary.json`; return the summary."""
     from drgrpo.cli import parse_recipe
-    from drgrpo.evaluation import evaluate
+    from drgrpo.demo import held_out_summary
     from drgrpo.training import train
 
     start = time.perf_counter()
@@ -171,8 +167,8 @@ def run_comparison(settings: CompareSettings) -> dict:
         history = trainer.state.log_history
         budget = training_args.max_completion_length
         if baseline is None:
-            baseline = _greedy_eval(evaluate, model, test_file, out / "eval" / "start", budget)
-        evaluation = _greedy_eval(evaluate, out / name, test_file, out / "eval" / name, budget)
+            baseline = held_out_summary(model, test_file, out / "eval" / "start", budget)
+        evaluation = held_out_summary(out / name, test_file, out / "eval" / name, budget)
         row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
         row["train_seconds"] = round(train_seconds, 1)
         rows.append(row)
@@ -184,19 +180,3 @@ def run_comparison(settings: CompareSettings) -> dict:
                "total_seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def _greedy_eval(evaluate, model: Path, test_file: Path, output_dir: Path, max_new_tokens: int) -> dict:
-    return evaluate(
-        model_path=str(model),
-        data_file=str(test_file),
-        question_column="question",
-        answer_column="answer",
-        prompt_template="plain",
-        n=1,
-        temperature=0.0,
-        max_new_tokens=max_new_tokens,
-        output_dir=str(output_dir),
-        overwrite=True,  # the models are retrained on every run: never resume an earlier run's samples
-        progress=False,
-    )

@@ -85,11 +85,11 @@ def warm_start(base: Path, train_file: Path, output_dir: Path, settings: DemoSet
     return output_dir
 
 
-def held_out_accuracy(model_dir: Path, test_file: Path, output_dir: Path, max_new_tokens: int) -> float:
-    """Greedy accuracy on the held-out problems, from the project's evaluator (the same grader as training)."""
+def held_out_summary(model_dir: Path, test_file: Path, output_dir: Path, max_new_tokens: int) -> dict:
+    """Greedy evaluation on the held-out problems by the project's evaluator (the same grader as training)."""
     from drgrpo.evaluation import evaluate
 
-    summary = evaluate(
+    return evaluate(
         model_path=str(model_dir),
         data_file=str(test_file),
         question_column="question",
@@ -102,16 +102,22 @@ def held_out_accuracy(model_dir: Path, test_file: Path, output_dir: Path, max_ne
         overwrite=True,  # the demo rebuilds its models each run: never resume from an earlier run's samples
         progress=False,
     )
-    return summary["pass@1"]
+
+
+def prepare_warm_start(settings: DemoSettings) -> tuple[Path, Path, dict[str, Path]]:
+    """Stages 1-3: the task files, the untrained tiny model and the warm-started one: (base, sft, data)."""
+    out = Path(settings.output_dir)
+    data = write_task(settings)
+    base = build_tiny_model(out / "base", seed=settings.seed)
+    sft = warm_start(base, data["train"], out / "sft", settings)
+    return base, sft, data
 
 
 def run_demo(settings: DemoSettings) -> dict:
     """Run every stage and write `metrics.json` under `settings.output_dir`; return the metrics."""
     start = time.perf_counter()
     out = Path(settings.output_dir)
-    data = write_task(settings)
-    base = build_tiny_model(out / "base", seed=settings.seed)
-    sft = warm_start(base, data["train"], out / "sft", settings)
+    base, sft, data = prepare_warm_start(settings)
 
     overrides = [
         "--model_name_or_path", str(sft),
@@ -124,11 +130,13 @@ def run_demo(settings: DemoSettings) -> dict:
     train(script_args, training_args, model_args)
     rl_seconds = time.perf_counter() - rl_start
 
-    budget = training_args.max_completion_length
+    def accuracy(model: Path, name: str) -> float:
+        return held_out_summary(model, data["test"], out / "eval" / name, training_args.max_completion_length)["pass@1"]
+
     metrics = {
-        "accuracy_untrained": held_out_accuracy(base, data["test"], out / "eval" / "untrained", budget),
-        "accuracy_before_rl": held_out_accuracy(sft, data["test"], out / "eval" / "before_rl", budget),
-        "accuracy_after_rl": held_out_accuracy(out / "model", data["test"], out / "eval" / "after_rl", budget),
+        "accuracy_untrained": accuracy(base, "untrained"),
+        "accuracy_before_rl": accuracy(sft, "before_rl"),
+        "accuracy_after_rl": accuracy(out / "model", "after_rl"),
         "num_test_problems": settings.num_test,
         "rl_steps": training_args.max_steps,
         "rl_seconds": round(rl_seconds, 1),

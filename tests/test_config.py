@@ -113,3 +113,10 @@ def test_config_builds_without_gpu_when_bf16_is_unset():
     assert (config.scale_rewards, config.loss_type, config.beta) == ("none", "dr_grpo", 0.0)
     if not torch.cuda.is_available():
         assert config.bf16 is False
+
+
+def test_run_name_defaults_to_the_recipe_name(tmp_path):
+    recipe = tmp_path / "my_tiny_recipe.yaml"
+    recipe.write_text(f"use_cpu: true\nbf16: false\noutput_dir: {tmp_path}\n")
+    assert parse_recipe([str(recipe)])[1].run_name == "my-tiny-recipe"
+    assert parse_recipe([str(recipe), "--run_name", "mine"])[1].run_name == "mine"
