@@ -4,7 +4,7 @@ changes on a shared machine hit both alike; the first step of each run (warm-up)
 compares the least-disturbed time of each step position across rounds (noise from other processes only adds time).
 Target: ratio <= 1.05.
 
-    python benchmarks/trainer_overhead.py [--rounds 4] [--steps 8] [--num_iterations 1]
+    python benchmarks/trainer_overhead.py [--rounds 10] [--steps 15] [--num_iterations 1]
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def run_once(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (each trains both trainers)")
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first is dropped)")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (each trains both trainers)")
+    parser.add_argument("--steps", type=int, default=15, help="optimizer steps per run (the first is dropped)")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--num_generations", type=int, default=8)
     parser.add_argument("--max_completion_length", type=int, default=8)
