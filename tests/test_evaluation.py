@@ -326,12 +326,15 @@ def test_seeded_sampling_rejects_greedy_and_bad_top_p():
         ev.SeededSampling([0], temperature=1.0, top_p=0.0)
 
 
-def test_backend_choice_without_vllm_or_gpu():
-    if ev.vllm_usable():
-        pytest.skip("vLLM and a GPU are present")
+def test_backend_choice_without_vllm_or_gpu(monkeypatch):
+    # Pin what the machine has, so that both branches are checked wherever the suite runs.
+    monkeypatch.setattr(ev, "vllm_usable", lambda: False)
     assert ev.choose_backend("auto") == "transformers"
     with pytest.raises(ValueError, match="backend 'vllm' needs vLLM installed"):
         ev.choose_backend("vllm")
+    monkeypatch.setattr(ev, "vllm_usable", lambda: True)
+    assert ev.choose_backend("auto") == "vllm"
+    assert ev.choose_backend("transformers") == "transformers"
 
 
 # --------------------------------------------------------------------------------------------------------------------

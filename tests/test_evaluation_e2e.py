@@ -50,7 +50,7 @@ def test_report_values_and_agreement_with_the_training_reward(tiny_model_path, t
     assert {(r["problem_index"], r["sample_index"]) for r in rows} == {(p, s) for p in range(16) for s in range(4)}
     for row in rows:
         assert row["prompt"] == row["question"]  # plain template
-        assert 1 <= row["num_tokens"] <= 6
+        assert row["num_tokens"] in range(1, 7)  # at least the first token, at most max_new_tokens
         assert row["truncated"] == (row["num_tokens"] == 6)  # the tiny tokenizer's stop token ends a shorter one
     answered = [r for r in rows if r["extracted"] is not None]
     assert answered, "the tiny model should put a number in some completions at temperature 1"
