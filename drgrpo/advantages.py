@@ -34,6 +34,7 @@ def group_advantages(
     scale_by_std: bool = True,
     std_ddof: int = 1,
     epsilon: float = 1e-4,
+    leave_one_out: bool = False,
 ) -> torch.Tensor:
     """Group-relative advantage of every completion, ``A_i = (R_i - mean_g(R)) / (std_g(R) + eps)``.
 
@@ -52,6 +53,11 @@ def group_advantages(
         scale_by_std: divide by the group's std (GRPO) or not (Dr.GRPO).
         std_ddof: delta degrees of freedom of the std (0: population std, 1: Bessel-corrected sample std).
         epsilon: added to the std before dividing, so that an all-equal group gives 0 rather than NaN.
+        leave_one_out: baseline each completion with the mean of its *siblings* instead of the whole group,
+            ``A_i = R_i - mean_{j != i} R_j`` (RLOO: Ahmadian et al., "Back to Basics", arXiv 2402.14740, eq. 6;
+            Kool et al. 2019). With ``n`` scored samples this equals ``n / (n - 1) * (R_i - mean_g(R))``. When
+            ``scale_by_std`` is on, the result is divided by the same group std as above. A group with a single scored
+            sample has no sibling and gets 0.
 
     Returns:
         ``(N,)`` float tensor. NaN rewards are excluded from their group's mean and std and get advantage 0.
@@ -70,6 +76,11 @@ def group_advantages(
     grouped = rewards.view(-1, group_size)
     valid = ~torch.isnan(grouped)
 
+    if leave_one_out and group_size == 1:
+        raise ValueError(
+            "leave_one_out needs at least 2 completions per prompt (num_generations >= 2): a lone completion has no "
+            "sibling to baseline it with. Use advantage_estimator: group_mean or raise num_generations."
+        )
     if group_size == 1:
         mean = torch.zeros_like(grouped)
         std = torch.ones_like(grouped)
@@ -83,6 +94,10 @@ def group_advantages(
         std = torch.where(count > std_ddof, std, torch.zeros_like(std))
 
     advantages = grouped - mean
+    if leave_one_out:
+        # R_i - (S - R_i) / (n - 1) = n / (n - 1) * (R_i - S / n); no sibling (n <= 1) -> 0.
+        n = count.to(advantages.dtype)
+        advantages = advantages * torch.where(count > 1, n / (n - 1).clamp(min=1), 0.0)
     if scale_by_std:
         advantages = advantages / (std + epsilon)
     advantages = torch.where(valid, advantages, torch.zeros_like(advantages))

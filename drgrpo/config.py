@@ -14,6 +14,7 @@ from trl import GRPOConfig
 
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
+from drgrpo.family import FamilyArguments
 from rewards import RewardArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -25,7 +26,7 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 
 @dataclass
-class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
+class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, GRPOConfig):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
     `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
@@ -41,14 +42,17 @@ class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
     (GRPO): TRL's (1, 1e-4, the defaults), verl's (1, 1e-6) or the population std of the reference table (0, 1e-8).
 
     The diagnostics settings (`correctness_reward`, the warning thresholds and their off switch) are documented in
-    `drgrpo.diagnostics.DiagnosticsArguments`.
+    `drgrpo.diagnostics.DiagnosticsArguments`; the GRPO-family keys (`advantage_estimator`, `kl_in_reward_coef`,
+    `kl_estimator`, `dynamic_sampling`) in `drgrpo.family.FamilyArguments`. `dr_grpo: true` keeps `beta: 0` (no KL
+    in the loss) but allows a KL in the reward (`kl_in_reward_coef`).
     """
 
     dr_grpo: bool = field(
         default=False,
         metadata={
             "help": "Use Dr.GRPO (Liu et al. 2025): scale_rewards='none', loss_type='dr_grpo', beta=0.0. Setting one "
-            "of those three to a different value as well is an error."
+            "of those three to a different value as well is an error. A KL in the reward (kl_in_reward_coef) is "
+            "still allowed."
         },
     )
     scale_rewards: str | None = field(
@@ -103,6 +107,7 @@ class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
         if self.advantage_epsilon < 0:
             raise ValueError(f"advantage_epsilon must be >= 0, got {self.advantage_epsilon}.")
         self.check_diagnostics_settings()  # correctness_reward, warning thresholds: drgrpo/diagnostics.py
+        self.check_family_settings()  # advantage baseline, KL in reward, dynamic sampling: drgrpo/family.py
         super().__post_init__()
 
     @property

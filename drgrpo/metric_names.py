@@ -25,3 +25,11 @@ TRL_ENTROPY = "entropy"
 TRL_CLIP_FRACTION = "clip_ratio/region_mean"
 TRL_KL = "kl"
 LEARNING_RATE = "learning_rate"
+
+# GRPO-family keys (drgrpo/family.py): the KL folded into the reward, and DAPO dynamic sampling.
+KL_IN_REWARD = "kl_in_reward/sequence_kl_mean"
+DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"
+DYNAMIC_SAMPLING_DROPPED_ALL_CORRECT = "dynamic_sampling/groups_dropped_all_correct"
+DYNAMIC_SAMPLING_DROPPED_ALL_WRONG = "dynamic_sampling/groups_dropped_all_wrong"
+DYNAMIC_SAMPLING_PROMPTS_CONSUMED = "dynamic_sampling/prompts_consumed"
+DYNAMIC_SAMPLING_GROUPS_PADDED = "dynamic_sampling/groups_padded"

@@ -14,6 +14,8 @@ from trl import GRPOTrainer
 from drgrpo import diagnostics, metric_names
 from drgrpo.advantages import combine_rewards, group_advantages
 from drgrpo.config import DrGRPOConfig
+from drgrpo.family import family_card
+from drgrpo.kl import batch_sequence_kls, kl_penalised_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,19 @@ class DrGRPOTrainer(GRPOTrainer):
     args: DrGRPOConfig
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        # TRL builds (and DeepSpeed/FSDP-prepares, or gives a PEFT "ref" adapter) a reference model only when
+        # beta != 0. A KL in the reward needs one with beta == 0, so TRL is shown a non-zero beta while it builds it,
+        # and the loss's beta is put back to 0 right after: the reference comes from TRL's own code path.
+        kl_in_reward_only = isinstance(config, DrGRPOConfig) and config.kl_in_reward_coef > 0 and config.beta == 0.0
+        if kl_in_reward_only:
+            config.beta = 1.0
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            if kl_in_reward_only:
+                config.beta = 0.0
+                self.beta = 0.0
         if not isinstance(self.args, DrGRPOConfig):
             raise TypeError(f"DrGRPOTrainer needs a DrGRPOConfig, got {type(self.args).__name__}.")
         self._last_rewards_per_func: torch.Tensor | None = None
@@ -45,6 +59,7 @@ class DrGRPOTrainer(GRPOTrainer):
             self.add_callback(diagnostics.DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
             logger.warning(self.args.algorithm_summary)
+            logger.warning(family_card(self.args))
 
     # Override: keep the (all-process) rewards TRL just computed, so that the advantage override below starts from
     # exactly the numbers TRL logs, without re-running any reward function.
@@ -65,12 +80,17 @@ class DrGRPOTrainer(GRPOTrainer):
         if self.multi_objective_aggregation != "sum_then_normalize" or self.scale_rewards not in ("group", "none"):
             return output
         rewards = combine_rewards(self._last_rewards_per_func, self.reward_weights)
+        if self.args.kl_in_reward_coef > 0 and mode == "train":
+            sequence_kls = batch_sequence_kls(self, output)  # drgrpo/kl.py: verl's apply_kl_penalty, summed
+            rewards = kl_penalised_rewards(rewards, sequence_kls.to(rewards.device), self.args.kl_in_reward_coef)
+            self._metrics[mode][metric_names.KL_IN_REWARD].append(sequence_kls.float().mean().item())
         advantages = group_advantages(
             rewards,
             num_generations,
             scale_by_std=self.scale_rewards == "group",
             std_ddof=self.args.advantage_std_ddof,
             epsilon=self.args.advantage_epsilon,
+            leave_one_out=self.args.advantage_estimator == "leave_one_out",
         )
         local = output["advantages"].shape[0]
         start = self.accelerator.process_index * local
