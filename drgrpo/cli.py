@@ -10,6 +10,7 @@ import yaml
 from trl import ModelConfig, TrlParser
 
 from drgrpo.config import DrGRPOConfig, ScriptArguments
+from drgrpo.family import family_card
 
 
 def make_parser() -> TrlParser:
@@ -65,3 +66,14 @@ def parse_recipe(argv: Sequence[str]) -> tuple[ScriptArguments, DrGRPOConfig, Mo
         # runs of one recipe, unless the recipe or command line names it.
         training_args.run_name = Path(argv[argv.index("--config") + 1]).stem.replace("_", "-")
     return script_args, training_args, model_args
+
+
+def explain_recipe(argv: Sequence[str]) -> str:
+    """The GRPO family card of `RECIPE.yaml [--key value ...] --explain`, built from the config alone (no model).
+
+    Parsed with `use_cpu` set, because the card does not depend on the device and a GPU recipe's `bf16: true` would
+    otherwise be refused on a machine without a GPU.
+    """
+    argv = [token for token in argv if token != "--explain"]
+    _, training_args, _ = parse_recipe([*argv, "--use_cpu", "true"])
+    return f"{training_args.algorithm_summary}\n{family_card(training_args)}"
