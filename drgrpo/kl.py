@@ -14,17 +14,8 @@ import torch
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import use_adapter
 
-# verl `algorithm.kl_penalty` / `actor_rollout_ref.actor.kl_loss_type` names -> ours. verl spells k1 "kl" and k2 "mse"
-# as well.
+# Our names; verl's "kl" and "mse" are k1 and k2 (drgrpo/verl.py maps them).
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl")
-VERL_KL_NAMES: dict[str, str] = {
-    "kl": "k1",
-    "k1": "k1",
-    "mse": "k2",
-    "k2": "k2",
-    "k3": "k3",
-    "low_var_kl": "low_var_kl",
-}
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> torch.Tensor:
