@@ -14,6 +14,7 @@ from trl import GRPOTrainer
 from drgrpo import diagnostics, metric_names
 from drgrpo.advantages import combine_rewards, group_advantages
 from drgrpo.config import DrGRPOConfig
+from drgrpo.dynamic_sampling import DynamicSampler
 from drgrpo.family import family_card
 from drgrpo.kl import batch_sequence_kls, kl_penalised_rewards
 
@@ -55,6 +56,7 @@ class DrGRPOTrainer(GRPOTrainer):
             self.reward_func_names, self.args.correctness_reward
         )
         self._ratio_probe: dict | None = None
+        self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
         if self.args.diagnostics_warnings:
             self.add_callback(diagnostics.DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
@@ -68,15 +70,25 @@ class DrGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
-    # Override: TRL computes advantages inline in this 400-line method; we let it run unchanged and then replace its
-    # advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases with summed
-    # rewards are ours; TRL's 'batch' scaling and 'normalize_then_sum' keep TRL's own advantages.
-    # The diagnostics are logged here too: this is where the batch's rewards and completions are all in hand.
+    # Override: the diagnostics are logged here, on the batch that is trained on; with `dynamic_sampling` that batch is
+    # assembled from several generation rounds of `_score_generation` (drgrpo/dynamic_sampling.py).
     def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        if self._dynamic_sampler is not None and mode == "train":
+            output = self._dynamic_sampler.fill(inputs, self._score_generation)
+        else:
+            output = self._score_generation(inputs)
+        self._log_batch_diagnostics(output, mode, num_generations)
+        return output
+
+    # TRL computes advantages inline in its 400-line `_generate_and_score_completions`; we let it run unchanged and
+    # then replace its advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases
+    # with summed rewards are ours; TRL's 'batch' scaling and 'normalize_then_sum' keep TRL's own advantages.
+    def _score_generation(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        self._log_batch_diagnostics(output, mode, num_generations)
         if self.multi_objective_aggregation != "sum_then_normalize" or self.scale_rewards not in ("group", "none"):
             return output
         rewards = combine_rewards(self._last_rewards_per_func, self.reward_weights)
