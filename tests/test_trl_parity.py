@@ -141,3 +141,41 @@ def test_logged_maximum_is_the_max_over_micro_steps(tiny_model_path, tmp_path):
     assert logged[m.FIRST_UPDATE_MAX_ABS_LOG_RATIO] == 0.5  # TRL's averaging would give 0.2667
     assert logged[m.SAMPLER_TRAINER_MAX_ABS_LOG_RATIO] == 0.3
     assert logged[m.FIRST_UPDATE_RATIO_MEAN] == 0.75  # a mean stays a mean
+
+
+def test_steps_per_generation_gives_the_planned_optimizer_steps_per_rollout(tiny_model_path, addition_data, tmp_path):
+    """TRL 1.16 generates once per steps_per_generation micro-steps and steps the optimizer every
+    gradient_accumulation_steps: the planner's "optimizer steps per rollout" is what the trainer does, and pi_old is
+    the trainer's own log-probs at sampling time (the paper's run: Oat recomputes them with the learner)."""
+    from drgrpo.planning import batch_plan
+
+    rows = [json.loads(line) for line in open(addition_data["train"])][:32]
+    dataset = Dataset.from_list([{"prompt": r["question"], "answer": r["answer"]} for r in rows])
+    args = DrGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", save_strategy="no", dr_grpo=True,
+        max_steps=4, per_device_train_batch_size=8, num_generations=4, gradient_accumulation_steps=1,
+        steps_per_generation=2, max_completion_length=4, logging_steps=1, seed=0,
+    )  # fmt: skip
+    plan, findings = batch_plan(1, 8, 1, 4, steps_per_generation=2)
+    assert findings == [] and plan.optimizer_steps_per_round == 2 and plan.completions_per_round == 16
+    trainer = DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[accuracy], args=args, train_dataset=dataset)
+    rollouts, old_logps_seen = [], []
+    original_generate, original_loss = trainer._generate_and_score_completions, trainer._compute_loss
+
+    def record_rollout(inputs):
+        output = original_generate(inputs)
+        rollouts.append(output["completion_ids"].shape[0])
+        return output
+
+    def record_loss(model, inputs):
+        old_logps_seen.append("old_per_token_logps" in inputs)
+        return original_loss(model, inputs)
+
+    trainer._generate_and_score_completions, trainer._compute_loss = record_rollout, record_loss
+    trainer.train()
+    assert trainer.state.global_step == 4 and rollouts == [16, 16]  # 4 optimizer steps, 2 per rollout of 16
+    assert old_logps_seen == [True] * 4
+    # The first-update ratio is logged at each rollout's first step only (steps 1 and 3), and is 1 there.
+    ratios = [h.get(m.FIRST_UPDATE_RATIO_MEAN) for h in trainer.state.log_history if "loss" in h]
+    assert ratios[0] == pytest.approx(1.0, abs=1e-4) and ratios[2] == pytest.approx(1.0, abs=1e-4)
+    assert ratios[1] is None and ratios[3] is None
