@@ -116,12 +116,11 @@ def _advantage_line(config: Any) -> str:
     baseline = (
         "leave-one-out mean of the other completions" if config.advantage_estimator == "leave_one_out" else "group mean"
     )
-    if config.multi_objective_aggregation == "normalize_then_sum":
-        return "per reward function: group-normalised, then summed and batch-normalised (TRL normalize_then_sum)"
+    trl_scaling = getattr(config, "trl_advantage_scaling", None)
+    if trl_scaling is not None:
+        return trl_scaling
     if config.scale_rewards == "group":
         scale = f"divided by the group std (ddof={config.advantage_std_ddof}, eps={config.advantage_epsilon:g})"
-    elif config.scale_rewards == "batch":
-        scale = "divided by the batch std (TRL 'batch')"
     else:
         scale = "not divided by any std (Dr.GRPO)"
     return f"per group of {config.num_generations}; baseline: {baseline}; {scale}"
