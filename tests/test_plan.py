@@ -280,6 +280,7 @@ def test_gpu_recipes_keep_the_papers_schedule():
 # schedule), 1 for the tiny CPU demo (one step per generated batch).
 STEPS_PER_ROLLOUT = {
     "qwen2.5_math_1.5b_drgrpo.yaml": 8,
+    "qwen2.5_math_1.5b_drgrpo_from_verl.yaml": 8,  # verl's train_batch_size 128 / ppo_mini_batch_size 16
     "qwen3_8b_drgrpo.yaml": 8,
     "qwen3_8b_drgrpo_lora.yaml": 8,
     "qwen3_8b_drgrpo_vllm_server.yaml": 8,

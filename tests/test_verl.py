@@ -15,7 +15,8 @@ from drgrpo.verl import convert_verl, format_recipe, read_verl_config
 VERL_EXAMPLE = ROOT / "recipes/verl/qwen2.5_math_1.5b_drgrpo.sh"
 CONVERTED = ROOT / "recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml"
 
-# Written by hand from the verl launch: 128 prompts x 8 samples per update = 1024 completions = 8 GPUs x 16 x 8 steps.
+# Written by hand from the verl launch: 16 prompts x 8 samples = 128 completions per update = 8 GPUs x 16 x 1 step;
+# 128 / 16 = 8 updates per rollout of 128 prompts, so 8 micro-steps per generation.
 EXPECTED = {
     "model_name_or_path": "Qwen/Qwen2.5-Math-1.5B",
     "dataset_path": "data/math_l3to5/train.parquet",
@@ -28,7 +29,8 @@ EXPECTED = {
     "entropy_coef": 0,
     "num_generations": 8,
     "per_device_train_batch_size": 16,
-    "gradient_accumulation_steps": 8,
+    "gradient_accumulation_steps": 1,
+    "steps_per_generation": 8,
     "learning_rate": 1e-6,
     "weight_decay": 0.0,
     "max_grad_norm": 1.0,

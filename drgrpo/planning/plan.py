@@ -9,6 +9,7 @@ from pathlib import Path
 
 from drgrpo.planning.batch import BatchPlan, batch_plan, keep_schedule_fix, per_device_multiple
 from drgrpo.planning.context import context_findings
+from drgrpo.planning.family import DynamicSamplingPlan, dynamic_sampling_plan, family_findings
 from drgrpo.planning.findings import Finding
 from drgrpo.planning.launch import (
     LaunchSetup,
@@ -35,6 +36,7 @@ class PlanReport:
     vllm_bytes: int = 0
     gpu_memory_bytes: int = int(DEFAULT_GPU_MEMORY_GIB * GIB)
     findings: list[Finding] = field(default_factory=list)
+    dynamic_sampling: DynamicSamplingPlan | None = None  # the extra generation `dynamic_sampling: true` implies
 
     @property
     def errors(self) -> list[Finding]:
@@ -98,6 +100,9 @@ def plan_recipe(
         num_iterations=args.num_iterations,
     )
     findings.extend(batch_findings)
+    if args.dynamic_sampling and report.batch is not None:
+        report.dynamic_sampling = dynamic_sampling_plan(report.batch, args.dynamic_sampling_max_rounds)
+    findings.extend(family_findings(args))
     findings.extend(_world_size_findings(recipe, header["world_size"], report.batch))
     findings.extend(_reference_findings(report, header["reproduces"]))
     if args.eval_strategy != "no":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from drgrpo.planning.batch import BatchPlan
+from drgrpo.planning.family import dynamic_sampling_lines
 from drgrpo.planning.memory import GIB
 from drgrpo.planning.plan import PlanReport
 from drgrpo.planning.reference import ReferenceSchedule
@@ -34,6 +35,8 @@ def format_report(report: PlanReport) -> str:
         ]
         if report.reference is not None:
             lines += _reference_lines(batch, report.reference)
+        if report.dynamic_sampling is not None:
+            lines += dynamic_sampling_lines(report.dynamic_sampling)
     if report.size is not None:
         size = report.size
         lines.append(

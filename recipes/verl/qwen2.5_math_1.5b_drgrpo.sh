@@ -2,7 +2,8 @@
 # A verl launch of Dr.GRPO on Qwen2.5-Math-1.5B (verl's recipe form: `main_ppo` with Hydra overrides), written
 # after verl's Dr.GRPO documentation (docs/algo/drgrpo.md: norm_adv_by_std_in_grpo=False,
 # loss_agg_mode=seq-mean-token-sum-norm, use_kl_loss=False) with the paper's setup (Liu et al., arXiv 2503.20783,
-# Table 6): 128 prompts x 8 samples per rollout, lr 1e-6, 3000-token responses, temperature 1.0.
+# Table 6) and Oat's schedule: 128 prompts x 8 samples per rollout, updated in 8 optimizer steps of 16 prompts x 8
+# = 128 completions, lr 1e-6, 3000-token responses, temperature 1.0.
 # Converted into recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml by:
 #   python scripts/from_verl.py recipes/verl/qwen2.5_math_1.5b_drgrpo.sh -o recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml
 set -x
@@ -22,7 +23,7 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.model.use_remove_padding=True \
     actor_rollout_ref.actor.optim.lr=1e-6 \
     actor_rollout_ref.actor.optim.weight_decay=0.0 \
-    actor_rollout_ref.actor.ppo_mini_batch_size=128 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=16 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
     actor_rollout_ref.actor.ppo_epochs=1 \
     actor_rollout_ref.actor.grad_clip=1.0 \
