@@ -279,8 +279,8 @@ def _batch(flat: dict[str, Any], out: Conversion) -> None:
                 out.unmapped[key] = "batch sizes need actor_rollout_ref.rollout.n and data.train_batch_size as well"
         return
     per_update = update_prompts * n
+    source = f"{ACTOR}ppo_micro_batch_size_per_gpu" if micro else "ppo_mini_batch_size x rollout.n / world"
     micro = micro or max(1, per_update // world)
-    source = f"{ACTOR}ppo_micro_batch_size_per_gpu" if get(ACTOR + "ppo_micro_batch_size_per_gpu") else "one micro-batch"
     out.set("per_device_train_batch_size", int(micro), source)
     if per_update % (world * micro):
         out.notes.append(f"{per_update} completions per update do not split into {world} GPUs x {micro}")
