@@ -17,6 +17,7 @@ Every problem is a `Finding` with the fix spelled out. Errors make `scripts/plan
 Modules, each importing only the ones listed before it:
 - `findings`: `Finding`, one problem or caution with its key and fix;
 - `batch`: TRL's batch arithmetic at a target world size;
+- `family`: the extra generation of dynamic sampling and the reference model of a KL in the reward (drgrpo/family.py);
 - `reference`: the published runs a recipe reproduces, with their schedule per rollout;
 - `model_size`: parameter counts from config.json fields (`BUILTIN_MODEL_CONFIGS` for the recipes' hub models);
 - `memory`: DeepSpeed's ZeRO model-state estimators;
