@@ -1,8 +1,8 @@
 """The reward registry: a recipe's `reward_funcs` specs to safe callables with TRL's reward signature.
 
-A spec is a built-in name (`accuracy`, `format`, `boxed_format`, `overlong`, `cosine_length`), an importable
-`package.module:function`, or a file `path/to/my_reward.py:function` (loaded without installing it). Every
-function is wrapped in a `SafeReward`, which
+A spec is a built-in name (`accuracy`, `format`, `boxed_format`, `overlong`, `cosine_length`, `code`,
+`code_format`), an importable `package.module:function`, or a file `path/to/my_reward.py:function` (loaded without
+installing it). Every function is wrapped in a `SafeReward`, which
 
 - checks the result at every call: one float or None per completion, else a `RewardContractError` naming the
   reward (TRL would raise a generic error or, in older versions, broadcast a 1-element list);
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rewards.accuracy import AccuracyReward
+from rewards.code import CodeFormatReward, code_reward
 from rewards.deadline import call_with_deadline
 from rewards.extract import completion_text
 from rewards.format import BoxedFormatReward, FormatReward
@@ -71,6 +72,8 @@ BUILTINS: dict[str, Callable[[RewardArguments, int | None], Callable]] = {
     "boxed_format": lambda s, m: BoxedFormatReward(),
     "overlong": lambda s, m: OverlongReward(s.overlong_max_length, s.overlong_buffer_length, m),
     "cosine_length": _cosine,
+    "code": lambda s, m: code_reward(s),
+    "code_format": lambda s, m: CodeFormatReward(s.code_language),
 }
 
 
