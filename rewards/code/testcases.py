@@ -21,6 +21,8 @@ LANGUAGE_ALIASES = {"python": ("python", "py", "python3"), "python3": ("python",
 class TestFormatError(ValueError):
     """A problem's test cases are in no format this module reads."""
 
+    __test__ = False  # not a pytest class
+
 
 @dataclass(frozen=True)
 class TestCase:
