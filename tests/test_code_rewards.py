@@ -4,6 +4,7 @@ counters, the checker hook, and the shipped task set (references pass, wrong sol
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,8 @@ from rewards.code.compare import call_matches, numbers_close, tokens_equal, valu
 from rewards.code.reward import score_tests
 from rewards.code.taskset import TASKS, TASKS_FILE, as_completion, load_task_set, task_rows
 from rewards.code.testcases import call_harness, call_result
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # -- test-case formats --------------------------------------------------------------------------------------------
 
@@ -204,3 +207,13 @@ def test_reference_solutions_score_1_and_wrong_ones_below_1(code_reward):
     wrong = code_reward(completions=[as_completion(r["wrong"]) for r in rows], verification_info=infos)
     failing = {r["name"]: s for r, s in zip(rows, wrong, strict=True) if s is None or s >= 1.0}
     assert failing == {}
+
+
+def test_the_readme_code_example_is_this_file_and_scores_the_task_set(monkeypatch):
+    """The README's code-reward example is tests/fixtures/my_code_reward.py (about 12 lines of code)."""
+    monkeypatch.chdir(ROOT)
+    (reward,) = get_reward_funcs(["tests/fixtures/my_code_reward.py:passes_all"])
+    rows = [r for r in load_task_set(TASKS_FILE) if "fn_name" not in r["verification_info"]][:3]
+    infos = [r["verification_info"] for r in rows]
+    completions = [as_completion(r["reference"]) for r in rows] + [as_completion(r["wrong"]) for r in rows] + ["no"]
+    assert reward(completions=completions, verification_info=infos * 2 + infos[:1]) == [1.0] * 3 + [0.0] * 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -71,7 +72,16 @@ def _finish(
                 logger.warning("drop_unparseable_answers: dropped %d %s rows.", len(bad), which)
         else:
             logger.info("All %d %s gold answers parse.", len(examples), which)
-    return Dataset.from_dict({"prompt": prompts, "answer": [example.answer for example in examples]})
+    columns = {"prompt": prompts, "answer": [example.answer for example in examples]}
+    for column in (examples[0].extras or {}) if examples else {}:
+        columns[column] = [_plain(example.extras[column]) for example in examples]
+    return Dataset.from_dict(columns)
+
+
+def _plain(value: Any) -> Any:
+    """A kept column's value as one Arrow type across rows: mappings and lists as JSON strings (rows of a test-case
+    column differ in structure, which Arrow cannot hold in one column)."""
+    return json.dumps(value) if isinstance(value, dict | list) else value
 
 
 def eval_source(args: DataArguments, sources: list[DataSource]) -> DataSource | None:
@@ -94,6 +104,7 @@ def eval_source(args: DataArguments, sources: list[DataSource]) -> DataSource | 
         answer_column=args.answer_column,
         answer_extraction=args.answer_extraction,
         dataset_filter=args.dataset_filter,
+        keep_columns=sources[0].keep_columns,
     )
 
 
@@ -135,7 +146,7 @@ def load_prompt_dataset(
         examples = examples[: args.max_train_samples]
     logger.info("Training prompts: %d rows from %s.", len(examples), ", ".join(s.label for s in sources))
 
-    if not args.check_gold_answers:
+    if not args.check_gold_answers or args.answer_column is None:
         gold_check = None
     elif gold_check is None:
         gold_check = reward_gold_check(args)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from datasets import Dataset, load_dataset
 
-from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured
+from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured, passed_columns
 from drgrpo.data.extraction import check_answer_extraction, extract_answer
 from drgrpo.data.filters import filter_indices, parse_filter
 
@@ -25,10 +25,11 @@ class DataSource:
     path: str | None = None
     split: str = "train"
     prompt_column: str = "prompt"
-    answer_column: str = "answer"
+    answer_column: str | None = "answer"
     answer_extraction: str = "none"
     dataset_filter: dict | None = None
     weight: float | None = None
+    keep_columns: tuple[str, ...] = ()  # raw columns passed through to the rewards (e.g. the code tests)
 
     @property
     def label(self) -> str:
@@ -50,6 +51,7 @@ def data_sources(args: DataArguments) -> list[DataSource]:
         answer_column=args.answer_column,
         answer_extraction=args.answer_extraction,
         dataset_filter=args.dataset_filter,
+        keep_columns=tuple(passed_columns(args)),
     )
     if args.dataset_mixture is None:
         if args.dataset_name and args.dataset_path:
@@ -101,6 +103,7 @@ def data_sources(args: DataArguments) -> list[DataSource]:
                 answer_extraction=extraction,
                 dataset_filter=source_filter,
                 weight=None if weight is None else float(weight),
+                keep_columns=base.keep_columns,
             )
         )
     weighted = [source.weight is not None for source in sources]
@@ -145,6 +148,7 @@ class Example(NamedTuple):
     answer: str
     source: str
     row: int
+    extras: dict | None = None  # the source's keep_columns values of this row
 
 
 def column_values(dataset: Dataset, column: str) -> list:
@@ -154,7 +158,11 @@ def column_values(dataset: Dataset, column: str) -> list:
 
 def check_columns(dataset: Dataset, source: DataSource) -> None:
     """Raise a `ValueError` naming each mapped or filtered column that the dataset lacks, and the columns it has."""
-    wanted = {"prompt_column": source.prompt_column, "answer_column": source.answer_column}
+    wanted = {"prompt_column": source.prompt_column}
+    if source.answer_column is not None:
+        wanted["answer_column"] = source.answer_column
+    for column in source.keep_columns:
+        wanted[f"keep_columns/tests_column ({column})"] = column
     for condition in parse_filter(source.dataset_filter, "dataset_filter") if source.dataset_filter else []:
         wanted.setdefault(f"dataset_filter ({condition.column})", condition.column)
     for key, column in wanted.items():
@@ -176,7 +184,8 @@ def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
         columns = {c.column: column_values(dataset, c.column) for c in conditions}
         keep = filter_indices(columns, conditions, source.label)
     questions = column_values(dataset, source.prompt_column)
-    answers = column_values(dataset, source.answer_column)
+    answers = column_values(dataset, source.answer_column) if source.answer_column else [""] * len(dataset)
+    kept = {column: column_values(dataset, column) for column in source.keep_columns}
     examples = []
     for i in keep:
         question = questions[i]
@@ -192,5 +201,6 @@ def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
                 f"{source.label}: row {i} (0-based) has a {type(answer).__name__} in answer column "
                 f"{source.answer_column!r}: {answer!r:.200}. The gold answer must be a string or a number."
             )
-        examples.append(Example(question, extract_answer(answer, source.answer_extraction), source.label, i))
+        extras = {column: values[i] for column, values in kept.items()} if kept else None
+        examples.append(Example(question, extract_answer(answer, source.answer_extraction), source.label, i, extras))
     return examples
