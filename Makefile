@@ -59,7 +59,8 @@ compare: install
 	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py $(if $(ARGS),-- $(ARGS))
 
 # Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
-# SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed.
+# SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed. Code rewards read
+# the tests column: `SCORE_REWARDS="code code_format" ARGS="--answer_column verification_info"`.
 SCORE_INPUT ?=
 SCORE_REWARDS ?= accuracy
 score: install
@@ -69,6 +70,8 @@ score: install
 # math500 minerva olympiadbench gsm8k), a local file, several of them in quotes, or `paper` (the Dr.GRPO paper's Table 4
 # suite: aime24 amc math500 minerva olympiadbench). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
 # (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/<model>/<benchmark>/.
+# Code benchmarks (pass@k of programs run in the code reward's sandbox): BENCH=apps, or a local file with
+# ARGS="--answer_column verification_info --answer_format code_tests" (EVAL_RECIPE's code_* keys set the limits).
 PAPER_SUITE := aime24 amc math500 minerva olympiadbench
 MODEL ?= outputs/demo/model
 BENCH ?= math500

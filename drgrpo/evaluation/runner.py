@@ -13,6 +13,7 @@ from typing import Any
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
+from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
 from drgrpo.evaluation.grading import CORRECT, answers_equivalent, grade_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
@@ -48,7 +49,10 @@ class EvalArguments:
     max_problems: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems (None: all)."})
     recipe: str | None = field(
         default=None,
-        metadata={"help": "Training recipe YAML whose prompt_template, system_prompt, chat_template_kwargs to use."},
+        metadata={
+            "help": "Training recipe YAML whose prompt_template, system_prompt, chat_template_kwargs (and, for code "
+            "benchmarks, code_* sandbox limits) to use."
+        },
     )
     prompt_template: str | None = field(
         default=None,
@@ -108,6 +112,7 @@ class ResolvedBenchmark:
     name: str
     problems: list[Problem]
     source: str
+    answer_format: str = "auto"
 
 
 def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
@@ -140,23 +145,31 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
     problems = problems_from_rows(rows, question_column, answer_column, answer_format, source=source)
     if not problems:
         raise ValueError(f"{source} has no rows to evaluate.")
-    return ResolvedBenchmark(name=name, problems=problems, source=source)
+    return ResolvedBenchmark(name=name, problems=problems, source=source, answer_format=answer_format)
 
 
 _DATA_SUFFIXES = {".jsonl", ".json", ".parquet", ".csv"}
 _TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs")
 
 
-def recipe_prompt_settings(recipe: str | Path) -> dict:
-    """The prompt settings (template, system prompt, chat-template kwargs) of a training recipe YAML."""
+def _recipe_settings(recipe: str | Path | None) -> dict:
+    """Every key of a training recipe YAML ({} without one)."""
     import yaml
 
+    if recipe is None:
+        return {}
     path = Path(recipe)
     if not path.is_file():
         raise FileNotFoundError(f"recipe {str(path)!r} not found.")
     settings = yaml.safe_load(path.read_text()) or {}
     if not isinstance(settings, dict):
         raise ValueError(f"recipe {str(path)!r} must be a YAML mapping of key: value.")
+    return settings
+
+
+def recipe_prompt_settings(recipe: str | Path) -> dict:
+    """The prompt settings (template, system prompt, chat-template kwargs) of a training recipe YAML."""
+    settings = _recipe_settings(recipe)
     return {key: settings[key] for key in _TEMPLATE_KEYS if settings.get(key) is not None}
 
 
@@ -277,6 +290,8 @@ def run_evaluation(args: EvalArguments) -> dict:
     if len(keys) != len(set(keys)):
         raise ValueError(f"{samples_path} has duplicate samples; rerun with --overwrite true.")
     summary = {**config, "backend": backend_name, **summarize(rows, args.n, answers_equivalent)}
+    if bench.answer_format == CODE_TESTS:  # programs have no answer to vote on
+        summary.pop(f"maj@{args.n}")
     (output_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
     (output_dir / SUMMARY_MD).write_text(summary_markdown(summary))
     summary["output_dir"] = str(output_dir)
@@ -303,6 +318,13 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
     golds = {p.index: p.gold for p in bench.problems}
     questions = {p.index: p.question for p in bench.problems}
+    grade = grade_completions
+    if bench.answer_format == CODE_TESTS:  # run the programs on the tests, with the training recipe's code limits
+        settings = code_settings(_recipe_settings(args.recipe))
+
+        def grade(completions, tests):
+            return grade_code_completions(completions, tests, settings)
+
     with (
         open(samples_path, "a") as out,
         tqdm(total=len(pending), desc=f"eval {bench.name}", unit="sample", disable=not args.progress) as bar,
@@ -310,7 +332,7 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
             generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
-            grades = grade_completions([g.text for g in generations], [golds[r.problem_index] for r in batch])
+            grades = grade([g.text for g in generations], [golds[r.problem_index] for r in batch])
             lines = []
             for request, generation, (verdict, extracted) in zip(batch, generations, grades, strict=True):
                 row = {
