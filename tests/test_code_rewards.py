@@ -4,6 +4,7 @@ counters, the checker hook, and the shipped task set (references pass, wrong sol
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,23 @@ def test_the_readme_code_example_is_this_file_and_scores_the_task_set(monkeypatc
     infos = [r["verification_info"] for r in rows]
     completions = [as_completion(r["reference"]) for r in rows] + [as_completion(r["wrong"]) for r in rows] + ["no"]
     assert reward(completions=completions, verification_info=infos * 2 + infos[:1]) == [1.0] * 3 + [0.0] * 4
+
+
+def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(monkeypatch, caplog):
+    from rewards.code import Sandbox, SandboxLimits
+
+    monkeypatch.setenv("DRGRPO_SANDBOX_NO_NAMESPACES", "1")
+    with Sandbox(1, SandboxLimits(timeout=2.0)) as sandbox:
+        with pytest.raises(SandboxUnavailable, match="cannot isolate programs.*code_allow_network_fallback: true"):
+            sandbox.start()
+    python = "/usr/bin/python3"  # the fallback has no mount namespace: the interpreter must be reachable as is
+    if os.geteuid() == 0 and not os.access(python, os.X_OK):
+        pytest.skip("no system Python for the fallback")
+    with Sandbox(1, SandboxLimits(timeout=2.0), allow_network_fallback=True, python=python) as sandbox:
+        result = sandbox.run("import os\nprint(os.getuid(), sorted(os.environ))")
+        assert sandbox.mode == "fallback"
+    assert result.status == "ok"
+    uid, environment = result.text.split(" ", 1)
+    assert int(uid) == (65534 if os.geteuid() == 0 else os.geteuid())  # root still drops to nobody
+    assert "WANDB_API_KEY" not in environment and "HF_TOKEN" not in environment
+    assert any("WITHOUT network isolation" in r.getMessage() for r in caplog.records)

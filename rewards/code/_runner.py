@@ -103,8 +103,10 @@ def _write(path: str, text: str) -> None:
 # Isolation set-up (B, then R)
 
 
-def _unshare(stdin, out) -> str:
+def _unshare(stdin, out, disabled: bool = False) -> str:
     """Enter new user/mount/net/pid namespaces with the uid map; 'namespaces', or raise OSError."""
+    if disabled:  # DRGRPO_SANDBOX_NO_NAMESPACES: behave as on a kernel that forbids them
+        raise OSError(errno.EPERM, "namespaces disabled by DRGRPO_SANDBOX_NO_NAMESPACES")
     uid, gid = os.geteuid(), os.getegid()
     _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
     if uid == 0:
@@ -362,7 +364,7 @@ def main() -> None:
     root = os.geteuid() == 0
     state = {"mode": "fallback", "root": root, "extra_processes": 0, "work_root": config["fallback_dir"]}
     try:
-        state["mode"] = _unshare(stdin, out)
+        state["mode"] = _unshare(stdin, out, config.get("no_namespaces", False))
     except OSError as exc:
         if not config["allow_fallback"]:
             _send(out, ("unavailable", str(exc)))

@@ -236,6 +236,8 @@ class Sandbox:
             "expose": [] if python else expose,
             "tmpfs_mb": max(64, (self.limits.max_file_bytes * 4) >> 20),
             "fallback_dir": self.fallback_dir,
+            # Simulate a kernel without namespaces (tests, and checking a fallback set-up before relying on it).
+            "no_namespaces": os.environ.get("DRGRPO_SANDBOX_NO_NAMESPACES") == "1",
         }
         self.runners: list[_Runner] = []
         self.mode: str | None = None
