@@ -238,3 +238,9 @@ def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(m
     assert int(uid) == (65534 if os.geteuid() == 0 else os.geteuid())  # root still drops to nobody
     assert "WANDB_API_KEY" not in environment and "HF_TOKEN" not in environment
     assert any("WITHOUT network isolation" in r.getMessage() for r in caplog.records)
+
+
+def test_the_docs_show_the_code_example_verbatim():
+    docs = (ROOT / "docs" / "code-rewards.md").read_text()
+    code = (ROOT / "tests" / "fixtures" / "my_code_reward.py").read_text().split('"""', 2)[2].strip()
+    assert f"```python\n{code}\n```" in docs
