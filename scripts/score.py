@@ -41,7 +41,8 @@ def main() -> None:
         row = rows[result["index"]]
         details = {n: (result[n], result[f"{n}_detail"]) for n in names}
         completion = str(row[args.completion_column])
-        print(f"  row {result['index']}: gold={row[args.answer_column]!r} {details} completion={completion[-120:]!r}")
+        gold = str(row[args.answer_column])  # code tests can be long: show their start
+        print(f"  row {result['index']}: gold={gold[:120]!r} {details} completion={completion[-120:]!r}")
     print(f"per-row results: {output}")
 
 

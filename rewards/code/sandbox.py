@@ -285,7 +285,8 @@ class Sandbox:
                 first = self._start_runner()
             except SandboxUnavailable as exc:
                 raise SandboxUnavailable(_unavailable_message(str(exc))) from exc
-            check = first.run(self._job("print('ok')", ""))
+            # The check gets its own generous limit: a tiny code_timeout must not read as a broken interpreter.
+            check = first.run(self._job("print('ok')", "", timeout=max(10.0, self.limits.timeout)))
             if check["status"] != "ok" or check["stdout"].strip() != b"ok":
                 self._finalizer()
                 raise SandboxUnavailable(
@@ -299,12 +300,15 @@ class Sandbox:
                 self._idle.put(runner)
             self._executor = ThreadPoolExecutor(self.num_workers, thread_name_prefix="code-sandbox")
 
-    def _job(self, program: str, stdin: str) -> dict:
+    def _job(self, program: str, stdin: str, timeout: float | None = None) -> dict:
+        limits = self.limits.for_runner()
+        if timeout is not None:
+            limits.update(timeout=timeout, cpu_seconds=math.ceil(timeout) + 1)
         return {
             "id": next(self._ids),
             "program": program.encode("utf-8", errors="surrogatepass"),
             "stdin": stdin.encode("utf-8", errors="surrogatepass"),
-            "limits": self.limits.for_runner(),
+            "limits": limits,
             "python": self.python,
             "python_args": self.python_args,
         }
