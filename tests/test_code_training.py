@@ -86,3 +86,23 @@ def test_a_tiny_code_run_completes(tiny_model_path, tmp_path):
         assert entry["rewards/code/unusable_tests"] == 0.0
         assert entry["rewards/code/sandbox_errors"] == 0.0
         assert 0.0 <= entry["rewards/code/no_code"] <= 8.0
+
+
+def test_kept_columns_of_a_mixture_become_json_strings(tmp_path):
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(json.dumps({"q": "p1", "tests": {"inputs": ["1"], "outputs": ["1"]}}) + "\n")
+    second.write_text(json.dumps({"q": "p2", "tests": [{"input": "2", "output": "2"}]}) + "\n")
+    args = ScriptArguments(
+        dataset_mixture=[{"dataset_path": str(first)}, {"dataset_path": str(second)}],
+        prompt_column="q",
+        answer_column=None,
+        prompt_template="plain",
+        keep_columns=["tests"],
+        reward_funcs=["code_format"],
+    )
+    train, _ = load_prompt_dataset(args, seed=0)
+    kept = dict(zip(train["prompt"], train["tests"], strict=True))
+    assert json.loads(kept["p1"]) == {"inputs": ["1"], "outputs": ["1"]}
+    assert json.loads(kept["p2"]) == [{"input": "2", "output": "2"}]
+    with pytest.raises(ValueError, match="'answer' is the name of a canonical column"):
+        load_prompt_dataset(ScriptArguments(dataset_path=str(first), prompt_column="q", keep_columns=["answer"]))
