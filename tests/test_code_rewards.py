@@ -244,3 +244,20 @@ def test_the_docs_show_the_code_example_verbatim():
     docs = (ROOT / "docs" / "code-rewards.md").read_text()
     code = (ROOT / "tests" / "fixtures" / "my_code_reward.py").read_text().split('"""', 2)[2].strip()
     assert f"```python\n{code}\n```" in docs
+
+
+def test_all_or_nothing_stops_at_a_failed_first_test():
+    try:
+        (reward,) = get_reward_funcs(["code"], RewardArguments(code_num_workers=2, code_scoring="all"))
+    except SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    tests = [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (1, 2, 3, 4)]
+    logged = {}
+    scores = reward(
+        completions=["```python\nprint(2 * int(input()))\n```", "```python\nraise SystemExit(1)\n```"],
+        verification_info=[tests, tests],
+        log_metric=lambda name, value: logged.__setitem__(name, value),
+    )
+    assert scores == [1.0, 0.0]
+    assert reward.last_report.details == ["4/4 passed", "0/4 passed (first: crash), 3 not run"]
+    assert logged["rewards/code/crashes"] == 1.0  # the other three tests of the crashing program never ran

@@ -95,7 +95,7 @@ class CodeReward:
         counters = dict.fromkeys(COUNTERS, 0)
         cache: dict = {}
         scores: list[float | None] = [0.0] * len(texts)
-        jobs, owners = [], []  # one sandbox job per (completion, test)
+        runs: list[list[tuple]] = [[] for _ in texts]  # per completion: (test, program, stdin, marker) per test
         for i, (text, value) in enumerate(zip(texts, kwargs[column], strict=True)):
             tests = self._tests(value, cache)
             if isinstance(tests, TestFormatError):
@@ -109,40 +109,46 @@ class CodeReward:
                 report.details[i] = "no code block"
                 continue
             for test in tests:
-                if test.fn_name:
-                    source, stdin, marker = call_harness(program, test)
-                else:
-                    source, stdin, marker = program, test.input, None
-                jobs.append((source, stdin))
-                owners.append((i, test, marker))
-        results = self.sandbox.run_many(jobs)
-        passed = [0] * len(texts)
-        totals = [0] * len(texts)
-        errors = [0] * len(texts)
+                source, stdin, marker = call_harness(program, test) if test.fn_name else (program, test.input, None)
+                runs[i].append((test, source, stdin, marker))
+        passed, ran, errors = [0] * len(texts), [0] * len(texts), [0] * len(texts)
         first_failure: list[str | None] = [None] * len(texts)
-        for (i, test, marker), result in zip(owners, results, strict=True):
-            totals[i] += 1
-            if result.status == "timeout":
-                counters["timeouts"] += 1
-            elif result.status in ("crash", "output_limit"):
-                counters["crashes"] += 1
-            elif result.status == "sandbox_error":
-                counters["sandbox_errors"] += 1
-                errors[i] += 1
-            if self._passed(test, result, marker):
-                passed[i] += 1
-            elif first_failure[i] is None:
-                first_failure[i] = "wrong answer" if result.status == "ok" else result.status
-        for i, total in enumerate(totals):
+        # All-or-nothing scoring runs each program's first test alone first: most wrong programs fail it, and their
+        # other tests cannot change the score (open-r1 batches its tests for the same reason).
+        waves = [[r[:1] for r in runs], [r[1:] for r in runs]] if self.settings.code_scoring == "all" else [runs]
+        for wave in waves:
+            jobs, owners = [], []
+            for i, items in enumerate(wave):
+                if passed[i] < ran[i] or errors[i]:
+                    continue
+                for test, source, stdin, marker in items:
+                    jobs.append((source, stdin))
+                    owners.append((i, test, marker))
+            for (i, test, marker), result in zip(owners, self.sandbox.run_many(jobs), strict=True):
+                ran[i] += 1
+                if result.status == "timeout":
+                    counters["timeouts"] += 1
+                elif result.status in ("crash", "output_limit"):
+                    counters["crashes"] += 1
+                elif result.status == "sandbox_error":
+                    counters["sandbox_errors"] += 1
+                    errors[i] += 1
+                if self._passed(test, result, marker):
+                    passed[i] += 1
+                elif first_failure[i] is None:
+                    first_failure[i] = "wrong answer" if result.status == "ok" else result.status
+        for i, items in enumerate(runs):
+            total = len(items)
             if not total:
                 continue
             if errors[i]:
                 scores[i] = None
-                report.fail(i, f"sandbox error on {errors[i]} of {total} tests")
+                report.fail(i, f"sandbox error on {errors[i]} of {ran[i]} tests run")
                 continue
             scores[i] = score_tests(passed[i], total, self.settings.code_scoring)
             failure = f" (first: {first_failure[i]})" if passed[i] < total else ""
-            report.details[i] = f"{passed[i]}/{total} passed{failure}"
+            skipped = f", {total - ran[i]} not run" if ran[i] < total else ""
+            report.details[i] = f"{passed[i]}/{total} passed{failure}{skipped}"
         report.counters.update(counters)
         return scores
 
