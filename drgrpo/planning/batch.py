@@ -136,3 +136,31 @@ def batch_plan(
 def per_device_multiple(num_generations: int, other_factors: int) -> int:
     """Smallest k such that k x other_factors is a multiple of num_generations: G / gcd(G, other_factors)."""
     return num_generations // math.gcd(num_generations, other_factors)
+
+
+def keep_schedule_fix(
+    per_device: int, completions_per_step: int, completions_per_rollout: int, world: int, whose: str = "the recipe's"
+) -> str:
+    """The command-line overrides that keep `completions_per_step` and `completions_per_rollout` at `world`
+    processes: new accumulation and generation step counts at the micro-batch `per_device`; else the largest smaller
+    micro-batch for which both counts are whole; else the two products to hit."""
+    local = per_device * world
+    if completions_per_step % local == 0 and completions_per_rollout % local == 0:
+        return (
+            f"keep {whose} schedule with --gradient_accumulation_steps {completions_per_step // local} "
+            f"--steps_per_generation {completions_per_rollout // local}."
+        )
+    written_local = Fraction(completions_per_step, world)  # per_device x accumulation at the target world size
+    for accumulation in range(1, completions_per_step + 1):
+        micro = written_local / accumulation
+        if micro.denominator == 1 and completions_per_rollout % (micro.numerator * world) == 0 and micro <= per_device:
+            return (
+                f"keep {whose} schedule with --per_device_train_batch_size {micro.numerator} "
+                f"--gradient_accumulation_steps {accumulation} "
+                f"--steps_per_generation {completions_per_rollout // (micro.numerator * world)}."
+            )
+    return (
+        "choose per_device_train_batch_size, gradient_accumulation_steps and steps_per_generation so that "
+        f"per_device_train_batch_size x {world} x gradient_accumulation_steps = {completions_per_step} and "
+        f"per_device_train_batch_size x {world} x steps_per_generation = {completions_per_rollout}."
+    )
