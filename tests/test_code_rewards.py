@@ -240,8 +240,10 @@ def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(m
     assert any("WITHOUT network isolation" in r.getMessage() for r in caplog.records)
 
 
-def test_the_docs_show_the_code_example_verbatim():
-    docs = (ROOT / "docs" / "code-rewards.md").read_text()
+@pytest.mark.parametrize("page", ["rewards.md", "code-rewards.md"])
+def test_the_docs_show_the_code_example_verbatim(page):
+    """docs/rewards.md's "Write your own reward" shows it next to the math example; docs/code-rewards.md too."""
+    docs = (ROOT / "docs" / page).read_text()
     code = (ROOT / "tests" / "fixtures" / "my_code_reward.py").read_text().split('"""', 2)[2].strip()
     assert f"```python\n{code}\n```" in docs
 

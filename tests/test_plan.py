@@ -279,12 +279,14 @@ def test_gpu_recipes_keep_the_papers_schedule():
 # The optimizer steps per rollout of every shipped recipe: Oat's 8 for the GPU recipes (the Dr.GRPO paper's
 # schedule), 1 for the tiny CPU demo (one step per generated batch).
 STEPS_PER_ROLLOUT = {
+    "qwen2.5_coder_7b_drgrpo_code.yaml": 8,
     "qwen2.5_math_1.5b_drgrpo.yaml": 8,
     "qwen3_8b_drgrpo.yaml": 8,
     "qwen3_8b_drgrpo_lora.yaml": 8,
     "qwen3_8b_drgrpo_vllm_server.yaml": 8,
     "qwen3_8b_grpo.yaml": 8,
     "tiny_drgrpo.yaml": 1,
+    "tiny_drgrpo_code.yaml": 1,
     "tiny_grpo.yaml": 1,
 }
 
