@@ -7,9 +7,10 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
    65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 65534 1` (only a
    process with CAP_SETUID outside may map two ids), and waits for `("mapped",)`.
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
-   program dies with `R`), and waits for it. `R` makes every mount private and read-only, covers `/proc`, `/run`,
-   `/tmp`, `/dev/shm` and `/home` with empty tmpfs (the interpreter's own folder is bound back in read-only if it
-   lives there), mounts a fresh writable tmpfs for the work folders and answers `("ready", info)`.
+   program dies with `R`), and waits for it. `R` makes every mount private and read-only, covers the `HIDDEN`
+   folders (`/proc`, `/run`, `/tmp`, `/dev/shm`, `/home`, `/root`, ...) with empty tmpfs (the interpreter's own
+   folder is bound back, read-only, if it lives under one of them or under a folder others cannot enter), mounts a
+   fresh writable tmpfs on `/tmp` for the work folders and answers `("ready", info)`.
 3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
    (own session, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment, stdin from a memfd),
    reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every process of the
