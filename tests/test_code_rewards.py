@@ -263,3 +263,24 @@ def test_all_or_nothing_stops_at_a_failed_first_test():
     assert scores == [1.0, 0.0]
     assert reward.last_report.details == ["4/4 passed", "0/4 passed (first: crash), 3 not run"]
     assert logged["rewards/code/crashes"] == 1.0  # the other three tests of the crashing program never ran
+
+
+def test_a_dead_runner_costs_one_sandbox_error_and_is_replaced():
+    import signal
+
+    from rewards.code import Sandbox, SandboxLimits
+
+    with Sandbox(1, SandboxLimits(timeout=2.0)) as sandbox:
+        try:
+            assert sandbox.run("print(1)").status == "ok"
+        except SandboxUnavailable as exc:
+            pytest.skip(f"no sandbox here: {exc}")
+        (first,) = sandbox.pids
+        os.kill(first, signal.SIGKILL)
+        result = sandbox.run("print(2)")
+        assert result.status in ("sandbox_error", "ok")  # found dead while sending, or (rarely) before
+        assert sandbox.run("print(3)").text == "3\n"
+        (second,) = sandbox.pids
+        assert second != first
+    with pytest.raises(ProcessLookupError):
+        os.kill(second, 0)

@@ -313,8 +313,21 @@ class Sandbox:
             "python_args": self.python_args,
         }
 
+    def _take_runner(self) -> _Runner:
+        """An idle runner; if every runner died and none could be restarted, one more start (else the error)."""
+        while True:
+            try:
+                return self._idle.get(timeout=1.0)
+            except queue.Empty:
+                with self._lock:
+                    if not self.runners:
+                        return self._start_runner()
+
     def _run_one(self, program: str, stdin: str) -> RunResult:
-        runner = self._idle.get()
+        try:
+            runner = self._take_runner()
+        except Exception as exc:  # noqa: BLE001 - no runner at all: this job is a sandbox error, training goes on
+            return RunResult("sandbox_error", None, b"", f"no sandbox runner: {exc}".encode(), 0.0)
         try:
             result = runner.run(self._job(program, stdin))
         except Exception as exc:  # noqa: BLE001 - a hung or dead runner: replace it, the job is a sandbox error
@@ -329,9 +342,8 @@ class Sandbox:
                     runner = None
             result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": str(exc).encode()}
             result["wall_s"] = 0.0
-        finally:
-            if runner is not None:
-                self._idle.put(runner)
+        if runner is not None:
+            self._idle.put(runner)
         return RunResult(**result)
 
     def run(self, program: str, stdin: str = "") -> RunResult:
