@@ -63,7 +63,7 @@ def test_generation_batch_size_sets_steps_per_generation_for_the_target_world():
     plan, findings = batch_plan(4, 16, 8, 8, generation_batch_size=512)
     assert findings == [] and plan.steps_per_generation == 8 and plan.completions_per_round == 512
     plan, findings = batch_plan(8, 16, 8, 8, generation_batch_size=96)
-    assert plan is None and findings[0].key == "generation_batch_size" and "multiple of 128" in findings[0].fix
+    assert plan is None and findings[0].key == "generation_batch_size" and "size to 128 " in findings[0].fix
     plan, findings = batch_plan(8, 16, 8, 8, generation_batch_size=1024, steps_per_generation=8)
     assert plan is None and "both set" in findings[0].message
 
@@ -314,7 +314,12 @@ def _broken(tmp_path: Path, source: str, **changes) -> Path:
         ("qwen3_8b_drgrpo.yaml", {"vllm_tensor_parallel_size": 3}, "vllm_tensor_parallel_size", "divisor of 8"),
         ("qwen3_8b_drgrpo.yaml", {"model_name_or_path": "someone/unknown-70b"}, "model_name_or_path", "config.json"),
         ("qwen3_8b_drgrpo.yaml", {"vllm_gpu_memory_utilization": 0.8}, "memory", "vllm_gpu_memory_utilization"),
-        ("qwen3_8b_drgrpo.yaml", {"generation_batch_size": 96}, "generation_batch_size", "multiple of 128"),
+        (
+            "qwen3_8b_drgrpo.yaml",
+            {"generation_batch_size": 96},
+            "generation_batch_size",
+            "generation_batch_size to 128",
+        ),
     ],
 )
 def test_broken_recipes_are_rejected_with_the_fix(tmp_path, source, changes, key, fix):
@@ -339,7 +344,9 @@ def test_two_nodes_keep_the_batch_only_with_scaled_accumulation():
     doubled = plan_recipe(recipe, num_processes=16)
     assert doubled.ok and doubled.batch.completions_per_step == 2048 and doubled.setup.num_nodes == 2
     (warning,) = [f for f in doubled.findings if f.key == "world size"]
-    assert "1024 completions per optimizer step" in warning.message and "8/16" in warning.fix
+    assert (
+        "1024 completions per optimizer step" in warning.message and "`--gradient_accumulation_steps 4`" in warning.fix
+    )
     kept = plan_recipe(recipe, num_processes=16, overrides=["--gradient_accumulation_steps", "4"])
     assert kept.ok and kept.batch.completions_per_step == 1024
     assert not [f for f in kept.findings if f.key == "world size"]

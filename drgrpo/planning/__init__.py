@@ -15,6 +15,7 @@ Every problem is a `Finding` with the fix spelled out. Errors make `scripts/plan
 
 Modules, each importing only the ones listed before it:
 - `findings`: `Finding`, one problem or caution with its key and fix;
+- `fit`: whole-number fixes (batch values that satisfy every batch rule at once, context lengths >= 1);
 - `batch`: TRL's batch arithmetic at a target world size;
 - `model_size`: parameter counts from config.json fields (`BUILTIN_MODEL_CONFIGS` for the recipes' hub models);
 - `memory`: DeepSpeed's ZeRO model-state estimators;

@@ -83,6 +83,29 @@ def nearest_per_device(
     return below, above
 
 
+def generation_batch_fix(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    generation_batch_size: int,
+) -> tuple[int, int]:
+    """(per_device_train_batch_size, generation_batch_size) for which every rule holds, when the recipe's
+    generation_batch_size fits no per-device batch.
+
+    The per-device batch is the nearest multiple of G / gcd(G, world x accumulation) (an optimizer step of whole
+    groups); generation_batch_size the smallest multiple of lcm(per_device x world, G) not below the recipe's (whole
+    per-device batches, and whole groups, in every round).
+    """
+    step = num_generations // math.gcd(num_generations, world_size * gradient_accumulation_steps)
+    lower = per_device_train_batch_size // step * step
+    upper = lower + step if lower != per_device_train_batch_size else lower
+    closer_lower = lower >= 1 and per_device_train_batch_size - lower <= upper - per_device_train_batch_size
+    per_device = lower if closer_lower else upper
+    unit = math.lcm(per_device * world_size, num_generations)
+    return per_device, max(unit, -(-generation_batch_size // unit) * unit)
+
+
 def choice_for_total(
     world_size: int,
     completions_per_step: int,
@@ -154,6 +177,43 @@ def choice_flags(choice: BatchChoice, per_device: int, accumulation: int) -> str
     if choice.gradient_accumulation_steps != accumulation:
         flags.append(f"--gradient_accumulation_steps {choice.gradient_accumulation_steps}")
     return " ".join(flags)
+
+
+def keep_batch_fix(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    completions_per_step: int,
+    *,
+    steps_per_generation: int | None = None,
+    generation_batch_size: int | None = None,
+) -> str:
+    """The fix that keeps `completions_per_step` at `world_size`: whole per-device batch and accumulation values with
+    every batch rule holding, as command-line flags; else why it cannot be kept, and the nearest totals that fit.
+
+    The per-device batch is not raised above the current one when a smaller one works (more memory per micro-step).
+    """
+    keys = {"steps_per_generation": steps_per_generation, "generation_batch_size": generation_batch_size}
+    current = (per_device_train_batch_size, gradient_accumulation_steps)
+    limit = per_device_train_batch_size
+    choice = choice_for_total(world_size, completions_per_step, num_generations, limit, **keys)
+    if choice is not None:
+        return f"keep the recipe's {completions_per_step} completions per step with `{choice_flags(choice, *current)}`."
+    below, above = nearest_totals(world_size, completions_per_step, num_generations, limit, **keys)
+    nearest = " or ".join(
+        f"{total} (`{flags}`)" if (flags := choice_flags(option, *current)) else f"{total} (as set)"
+        for total, option in (found for found in (below, above) if found is not None)
+    )
+    if completions_per_step % world_size:
+        why = f"{completions_per_step} is not a multiple of {world_size} processes"
+    else:
+        why = f"no whole per-device batch and accumulation steps give it in whole groups of {num_generations}"
+        why += " with the recipe's generation_batch_size" if generation_batch_size is not None else ""
+    return (
+        f"{completions_per_step} completions per optimizer step cannot be kept at {world_size} processes ({why}); "
+        f"the nearest that fit: {nearest or 'none with the recipe keys as set'}."
+    )
 
 
 def context_fix(max_prompt_tokens: int, max_completion_length: int, limit: int) -> str:
