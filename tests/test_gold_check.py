@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from drgrpo.gold_check import fingerprint, grader_version, unparseable_indices_once, unusable_golds
+from drgrpo.data.gold_check import fingerprint, grader_version, unparseable_indices_once, unusable_golds
 
 ANSWERS = ["1", "?", "1", "2", "?", "x+"]
 
@@ -88,7 +89,7 @@ def free_port() -> int:
 RANK_SCRIPT = """
 import json, os, sys
 from accelerate import PartialState
-from drgrpo.gold_check import unparseable_indices_once
+from drgrpo.data.gold_check import unparseable_indices_once
 
 state = PartialState(cpu=True)
 graded = []
@@ -118,3 +119,62 @@ def test_two_processes_grade_on_the_main_process_only(tmp_path):
     assert [r["processes"] for r in ranks] == [2, 2]
     assert ranks[0]["result"] == ranks[1]["result"] == [1, 3]
     assert ranks[0]["graded"] == ["1", "?", "2"] and ranks[1]["graded"] == []
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Through the data pipeline, with the accuracy reward's own grader
+# ----------------------------------------------------------------------------------------------------------------------
+ROWS = [
+    {"problem": "What is $1+1$?", "solution": "It is $\\boxed{2}$."},
+    {"problem": "Halve $1$.", "solution": "$\\boxed{\\frac{1}{2}}$"},
+    {"problem": "Again $1+1$?", "solution": "Still $\\boxed{2}$."},
+    {"problem": "Is it odd?", "solution": "no box here"},
+]
+
+
+@pytest.fixture
+def counted_grading(monkeypatch, tmp_path):
+    """The real grader, with the gold answers it is asked about recorded; the HF datasets cache under tmp_path."""
+    import datasets
+
+    import rewards.grading
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    asked: list[str] = []
+    real = rewards.grading.grade_batch
+
+    def counting(completions, golds, grader=None):
+        asked.extend(golds)
+        return real(completions, golds, grader)
+
+    monkeypatch.setattr(rewards.grading, "grade_batch", counting)
+    return asked
+
+
+def test_a_restarted_run_reads_the_gold_check_from_the_cache(counted_grading, tmp_path, caplog):
+    from drgrpo.data import DataArguments, load_prompt_dataset
+
+    path = tmp_path / "math.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    data = DataArguments(
+        dataset_path=str(path),
+        prompt_column="problem",
+        answer_column="solution",
+        answer_extraction="boxed",
+        prompt_template="plain",
+        drop_unparseable_answers=True,
+    )
+    first, _ = load_prompt_dataset(data, seed=1)
+    assert sorted(counted_grading) == sorted(["2", "\\frac{1}{2}", ""])  # each distinct answer once
+    assert len(list((tmp_path / "hf-datasets" / "drgrpo_gold_check").glob("*.json"))) == 1
+
+    counted_grading.clear()
+    with caplog.at_level(logging.INFO, logger="drgrpo.data.gold_check"):
+        second, _ = load_prompt_dataset(data, seed=1)
+    assert counted_grading == []  # no grading at all
+    assert "cached result for these 3 answers" in caplog.text
+    assert second.to_dict() == first.to_dict() and sorted(first["answer"]) == ["2", "2", "\\frac{1}{2}"]
+
+    data.reward_timeout = 1.0  # a grader setting that can change a verdict: checked again
+    load_prompt_dataset(data, seed=1)
+    assert len(counted_grading) == 3
