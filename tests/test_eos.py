@@ -3,6 +3,8 @@ ends in the extra token counts as terminated (TRL's clipped_ratio, our diag/ tru
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from datasets import Dataset
 
@@ -98,3 +100,58 @@ def test_without_the_key_the_same_completions_run_to_the_budget(tiny_model_path,
     assert logs["completions/mean_length"] == 5.0
     assert logs["completions/clipped_ratio"] == 1.0
     assert logs[metric_names.TRUNCATION_RATE] == 1.0
+
+
+@pytest.fixture(scope="module")
+def endoftext_model(tmp_path_factory):
+    """The tiny model with its final norm zeroed: every logit is 0, so greedy decoding writes token 0,
+    `<|endoftext|>`, forever (the tiny tokenizer's eos is `<|im_end|>`)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from drgrpo.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("endoftext-model"), seed=0)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("from_recipe", [False, True])
+def test_evaluator_stops_at_the_extra_token(endoftext_model, tmp_path, from_recipe):
+    from drgrpo.evaluation import evaluate
+
+    data = tmp_path / "test.jsonl"
+    data.write_text('{"question": "1+1=", "answer": "2"}\n{"question": "2+2=", "answer": "4"}\n')
+    common = {"prompt_template": "plain", "max_new_tokens": 6, "backend": "transformers", "progress": False}
+    if from_recipe:
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text("extra_eos_tokens: ['<|endoftext|>']\n")
+        extra = {"recipe": str(recipe)}
+    else:
+        extra = {"extra_eos_tokens": ["<|endoftext|>"]}
+    stopped = evaluate(endoftext_model, data, output_dir=str(tmp_path / "with"), **common, **extra)
+    rows = [json.loads(line) for line in open(tmp_path / "with" / "samples.jsonl")]
+    assert [(r["num_tokens"], r["truncated"]) for r in rows] == [(1, False), (1, False)]
+    assert stopped["extra_eos_tokens"] == ["<|endoftext|>"]
+
+    evaluate(endoftext_model, data, output_dir=str(tmp_path / "without"), **common)
+    rows = [json.loads(line) for line in open(tmp_path / "without" / "samples.jsonl")]
+    assert [(r["num_tokens"], r["truncated"]) for r in rows] == [(6, True), (6, True)]
+
+
+def test_evaluator_unknown_extra_token_is_a_one_line_error(endoftext_model, tmp_path):
+    from drgrpo.evaluation import evaluate
+
+    data = tmp_path / "test.jsonl"
+    data.write_text('{"question": "1+1=", "answer": "2"}\n')
+    with pytest.raises(ValueError, match=r"extra_eos_tokens: '<\|eot_id\|>' is not a single token of the tokenizer"):
+        evaluate(
+            endoftext_model,
+            data,
+            output_dir=str(tmp_path / "o"),
+            backend="transformers",
+            extra_eos_tokens=["<|eot_id|>"],
+        )
