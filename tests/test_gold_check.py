@@ -91,13 +91,13 @@ import json, os, sys
 from accelerate import PartialState
 from drgrpo.data.gold_check import unparseable_indices_once
 
-state = PartialState(cpu=True)
 graded = []
 def check(golds):
     graded.extend(golds)
     return [g != "?" for g in golds]
 check.version = "rank-test"
-result = unparseable_indices_once(["1", "?", "2", "?"], check, sys.argv[1])
+result = unparseable_indices_once(["1", "?", "2", "?"], check, sys.argv[1])  # no process group exists yet
+state = PartialState()
 out = os.path.join(sys.argv[1], f"rank{state.process_index}.out")
 with open(out, "w") as f:
     json.dump({"result": result, "graded": graded, "processes": state.num_processes}, f)

@@ -134,16 +134,20 @@ def unparseable_indices_once(
 ) -> list[int]:
     """Indices of the answers `usable` rejects, decided on the main process only and broadcast to the others.
 
-    Every process holds the same answers (same data, same seed), so only the verdicts travel. Works in a plain
-    single process too: accelerate's `PartialState` is then a one-process state and the broadcast a no-op.
+    Every process holds the same answers (same data, same seed), so only the verdicts travel. The processes are
+    accelerate's `PartialState`, which the trainer config has already set up in a training run. In a plain single
+    process (tests, `--show_prompts` on a login node) none is created, so torch.distributed is never needed and a
+    later config still chooses its own device.
     """
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    state = PartialState()
+    launched = PartialState._shared_state != {} or int(os.environ.get("WORLD_SIZE", "1")) > 1
+    state = PartialState() if launched else None
     distinct = list(dict.fromkeys(answers))
-    payload = [unusable_golds(distinct, usable, cache_dir, progress=True) if state.is_main_process else None]
-    if state.num_processes > 1:
+    main = state is None or state.is_main_process
+    payload = [unusable_golds(distinct, usable, cache_dir, progress=True) if main else None]
+    if state is not None and state.num_processes > 1:
         broadcast_object_list(payload, from_process=0)
     unusable = set(payload[0])
     return [i for i, answer in enumerate(answers) if answer in unusable]
