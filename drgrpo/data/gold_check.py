@@ -142,8 +142,13 @@ def unparseable_indices_once(
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list
 
-    launched = PartialState._shared_state != {} or int(os.environ.get("WORLD_SIZE", "1")) > 1
-    state = PartialState() if launched else None
+    state = None
+    if PartialState._shared_state != {}:
+        state = PartialState()
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched, but no config has set up the processes yet
+        import torch
+
+        state = PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU-only machines, as use_cpu would
     distinct = list(dict.fromkeys(answers))
     main = state is None or state.is_main_process
     payload = [unusable_golds(distinct, usable, cache_dir, progress=True) if main else None]
