@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from drgrpo.planning import format_report, plan_recipe
 from drgrpo.planning.batch import batch_plan
 from drgrpo.planning.fit import (
-    BatchChoice,
+    ScheduleChoice,
     batch_rules_hold,
-    choice_for_total,
+    choice_for_schedule,
     context_fix,
-    keep_batch_fix,
+    keep_schedule_fix,
     nearest_per_device,
-    nearest_totals,
+    nearest_schedules,
 )
 
 worlds = st.integers(1, 64)
@@ -75,43 +75,59 @@ def test_nearest_per_device_values_fit_and_nothing_nearer_does(world, per_device
             assert not batch_rules_hold(world, between, accumulation, num_generations, **kwargs)
 
 
+step_totals = st.integers(1, 2048)
+steps_per_rollout = st.sampled_from([1, 2, 4, 8])  # rollout = step x this (optimizer steps per rollout)
+
+
 @settings(max_examples=200, deadline=None)
-@given(worlds, st.integers(1, 2048), generations, per_devices, st.sampled_from([None, 1, 2, 4]))
-def test_a_kept_batch_is_whole_numbers_that_fit_or_provably_none(world, total, num_generations, limit, steps):
-    choice = choice_for_total(world, total, num_generations, limit, steps_per_generation=steps)
+@given(worlds, step_totals, steps_per_rollout, generations, per_devices)
+def test_a_kept_schedule_is_whole_numbers_that_fit_or_provably_none(world, step, per_rollout, groups, limit):
+    rollout = step * per_rollout
+    choice = choice_for_schedule(world, step, rollout, groups, limit)
     if choice is not None:
         assert all(isinstance(v, int) and v >= 1 for v in choice)
-        assert choice.completions_per_step(world) == total
-        assert batch_rules_hold(world, *choice, num_generations, steps_per_generation=steps)
-        # the largest per-device batch within the limit, when one within the limit exists
-        if choice.per_device_train_batch_size <= limit:
+        local = choice.per_device_train_batch_size * world
+        assert (local * choice.gradient_accumulation_steps, local * choice.steps_per_generation) == (step, rollout)
+        assert batch_rules_hold(world, *choice[:2], groups, steps_per_generation=choice.steps_per_generation)
+        if choice.per_device_train_batch_size <= limit:  # the largest per-device batch within the limit
             for larger in range(choice.per_device_train_batch_size + 1, limit + 1):
-                if total % (world * larger) == 0:
-                    other = BatchChoice(larger, total // (world * larger))
-                    assert not batch_rules_hold(world, *other, num_generations, steps_per_generation=steps)
-    else:  # brute force: no split of `total` into whole numbers satisfies the rules
-        for per_device in range(1, total + 1):
-            if total % (world * per_device) == 0:
-                split = BatchChoice(per_device, total // (world * per_device))
-                assert not batch_rules_hold(world, *split, num_generations, steps_per_generation=steps)
+                if step % (world * larger) == 0 and rollout % (world * larger) == 0:
+                    other = (larger, step // (world * larger))
+                    spg = rollout // (world * larger)
+                    assert not batch_rules_hold(world, *other, groups, steps_per_generation=spg)
+    else:  # brute force: no whole split of both totals satisfies the rules
+        for per_device in range(1, step + 1):
+            if step % (world * per_device) == 0 and rollout % (world * per_device) == 0:
+                split = (per_device, step // (world * per_device))
+                spg = rollout // (world * per_device)
+                assert not batch_rules_hold(world, *split, groups, steps_per_generation=spg)
 
 
 @settings(max_examples=150, deadline=None)
-@given(worlds, st.integers(1, 2048), generations, per_devices)
-def test_nearest_totals_bracket_the_target_and_fit(world, total, num_generations, limit):
-    below, above = nearest_totals(world, total, num_generations, limit)
-    assert above is not None  # some larger batch always fits: lcm(world, G) completions, one per device per group
-    if below is not None:
-        assert below[0] < total and below[1].completions_per_step(world) == below[0]
-        assert batch_rules_hold(world, *below[1], num_generations)
-    assert above[0] > total and above[1].completions_per_step(world) == above[0]
-    assert batch_rules_hold(world, *above[1], num_generations)
+@given(worlds, step_totals, steps_per_rollout, generations, per_devices)
+def test_nearest_schedules_bracket_the_target_keep_the_ratio_and_fit(world, step, per_rollout, groups, limit):
+    below, above = nearest_schedules(world, step, step * per_rollout, groups, limit)
+    assert above is not None  # lcm(world, G) per step, one completion per device per micro-step, always fits
+    for found, side in ((below, -1), (above, 1)):
+        if found is None:
+            continue
+        new_step, new_rollout, choice = found
+        assert (new_step - step) * side > 0 and new_rollout == new_step * per_rollout
+        assert choice.completions_per_step(world) == new_step
+        assert batch_rules_hold(world, *choice[:2], groups, steps_per_generation=choice.steps_per_generation)
 
 
-def test_nearest_totals_example():
-    # 1024 completions (128 prompts x 8) on 3 processes: not a multiple of 3; lcm(3, 8) = 24 -> 1008 or 1032.
-    below, above = nearest_totals(3, 1024, 8, 16)
-    assert below == (1008, BatchChoice(16, 21)) and above == (1032, BatchChoice(8, 43))
+def test_nearest_schedules_example():
+    # 128 per step, 1024 per rollout on 3 processes: multiples of lcm(3, 8) = 24 -> 120 or 144 per step.
+    below, above = nearest_schedules(3, 128, 1024, 8, 16)
+    assert below == (120, 960, ScheduleChoice(10, 4, 32)) and above == (144, 1152, ScheduleChoice(16, 3, 24))
+
+
+def test_generation_batch_size_stays_when_the_schedule_is_kept():
+    # generation_batch_size 1024 fixes the rollout at any world size; only the step is split, no steps_per_generation.
+    assert choice_for_schedule(16, 128, 1024, 8, 16, generation_batch_size=1024) == ScheduleChoice(8, 1, None)
+    fix = keep_schedule_fix(16, 128, 1024, 16, num_generations=8, generation_batch_size=1024)
+    assert fix.endswith("--per_device_train_batch_size 8 --gradient_accumulation_steps 1.")
 
 
 @settings(max_examples=300, deadline=None)
@@ -137,35 +153,40 @@ def test_context_fix_for_the_issue_example():
 # ----------------------------------------------------------------------------------------------------------------------
 # The planner's own fixes, read back from their text and applied
 # ----------------------------------------------------------------------------------------------------------------------
-def _applied(flags: str, per_device: int, accumulation: int) -> tuple[int, int]:
-    """(per_device, accumulation) after the `--key value` flags of one suggestion."""
-    values = dict(re.findall(r"--(per_device_train_batch_size|gradient_accumulation_steps) (\d+)", flags))
-    return int(values.get("per_device_train_batch_size", per_device)), int(
-        values.get("gradient_accumulation_steps", accumulation)
+def _applied(flags: str, per_device: int, accumulation: int, steps: int | None) -> tuple[int, int, int | None]:
+    """(per_device, accumulation, steps_per_generation) after the `--key value` flags of one suggestion."""
+    keys = "per_device_train_batch_size|gradient_accumulation_steps|steps_per_generation"
+    values = {key: int(value) for key, value in re.findall(rf"--({keys}) (\d+)", flags)}
+    return (
+        values.get("per_device_train_batch_size", per_device),
+        values.get("gradient_accumulation_steps", accumulation),
+        values.get("steps_per_generation", steps),
     )
 
 
 @settings(max_examples=300, deadline=None)
-@given(worlds, worlds, per_devices, accumulations, generations)
-def test_world_size_fix_is_whole_flags_that_satisfy_every_rule(world, header_world, per_device, accumulation, groups):
-    written = per_device * header_world * accumulation
-    assume(written != per_device * world * accumulation)  # the planner gives this fix only when the batch changes
-    fix = keep_batch_fix(world, per_device, accumulation, groups, written)
+@given(worlds, worlds, per_devices, accumulations, st.integers(1, 16), generations)
+def test_world_size_fix_is_whole_flags_that_satisfy_every_rule(
+    world, header_world, per_device, accumulation, steps, groups
+):
+    step, rollout = per_device * header_world * accumulation, per_device * header_world * steps
+    assume(world != header_world)  # the planner gives this fix only when the world size changes
+    fix = keep_schedule_fix(per_device, step, rollout, world, num_generations=groups)
     assert "/" not in fix and not re.search(r"(?<![\w-])-\d", fix)  # no fraction, no negative number
-    suggestions = re.findall(r"(?:(\d+) \()?`([^`]+)`", fix)
-    if fix.startswith("keep the recipe's"):
-        ((_, flags),) = suggestions
-        new = _applied(flags, per_device, accumulation)
-        assert new[0] * world * new[1] == written
+    if fix.startswith("keep the recipe's schedule with"):
+        suggestions = [(step, rollout, fix)]
     else:
         assert "cannot be kept" in fix
-        for total, flags in suggestions:
-            new = _applied(flags, per_device, accumulation)
-            assert new[0] * world * new[1] == int(total)
-    for _, flags in suggestions:
-        new = _applied(flags, per_device, accumulation)
-        assert min(new) >= 1
-        plan, findings = batch_plan(world, *new, groups)
+        suggestions = [
+            (int(s), int(r), f) for s, r, f in re.findall(r"(\d+) per step and (\d+) per rollout \(([^)]*)\)", fix)
+        ]
+        assert suggestions, fix
+    for new_step, new_rollout, flags in suggestions:
+        new = _applied(flags, per_device, accumulation, None)
+        assert new[2] is not None and min(new) >= 1
+        assert (new[0] * world * new[1], new[0] * world * new[2]) == (new_step, new_rollout)
+        assert new_rollout * step == new_step * rollout  # the same optimizer steps per rollout
+        plan, findings = batch_plan(world, new[0], new[1], groups, steps_per_generation=new[2])
         assert plan is not None and not [f for f in findings if f.level == "error"], (fix, findings)
 
 
@@ -191,13 +212,15 @@ def test_batch_error_fixes_name_values_that_satisfy_every_rule(world, per_device
                 assert batch_rules_hold(world, value, accumulation, groups, **kwargs), fix
 
 
-def test_three_processes_cannot_keep_1024_completions_and_say_so(tmp_path):
+def test_three_processes_cannot_keep_the_schedule_and_say_so():
     report = plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo.yaml", num_processes=3)
     (warning,) = [f for f in report.findings if f.key == "world size"]
     assert warning.fix == (
-        "1024 completions per optimizer step cannot be kept at 3 processes (1024 is not a multiple of 3 processes); "
-        "the nearest that fit: 1008 (`--gradient_accumulation_steps 21`) or 1032 (`--per_device_train_batch_size 8 "
-        "--gradient_accumulation_steps 43`)."
+        "the recipe's schedule (128 completions per optimizer step, 1024 per rollout) cannot be kept at 3 processes "
+        "(128 is not a multiple of 3 processes); the nearest that fit, with the same optimizer steps per rollout: "
+        "120 per step and 960 per rollout (--per_device_train_batch_size 10 --gradient_accumulation_steps 4 "
+        "--steps_per_generation 32) or 144 per step and 1152 per rollout (--gradient_accumulation_steps 3 "
+        "--steps_per_generation 24)."
     )
     assert "(world size from --num_processes, the rest from the recipe header)" in format_report(report)
 

@@ -2,23 +2,25 @@
 
 The planner's fixes come from here, so that a suggestion is never a fraction ("scale by 8/3"), never negative, and
 never one that fixes one divisibility rule while breaking another. The rules are TRL 1.16's
-(`GRPOConfig.__post_init__`) plus ours; `batch_rules_hold` states them all, `drgrpo.planner.batch_plan` explains each
-one that fails.
+(`GRPOConfig.__post_init__`) plus ours; `batch_rules_hold` states them all, and `batch.batch_plan` explains each one
+that fails.
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import NamedTuple
 
 MAX_SEARCH = 4096  # per-device batch sizes and multiples tried before giving up (the recipes use 1-64)
 
 
-class BatchChoice(NamedTuple):
-    """Per-device batch and accumulation steps at a world size."""
+class ScheduleChoice(NamedTuple):
+    """Per-device batch, accumulation and generation steps (None: set by generation_batch_size) at a world size."""
 
     per_device_train_batch_size: int
     gradient_accumulation_steps: int
+    steps_per_generation: int | None
 
     def completions_per_step(self, world_size: int) -> int:
         return self.per_device_train_batch_size * world_size * self.gradient_accumulation_steps
@@ -106,113 +108,138 @@ def generation_batch_fix(
     return per_device, max(unit, -(-generation_batch_size // unit) * unit)
 
 
-def choice_for_total(
+def choice_for_schedule(
     world_size: int,
     completions_per_step: int,
+    completions_per_rollout: int,
     num_generations: int,
     per_device_limit: int,
     *,
-    steps_per_generation: int | None = None,
     generation_batch_size: int | None = None,
-) -> BatchChoice | None:
-    """Whole per_device and accumulation steps giving exactly `completions_per_step` at `world_size` with every rule
-    holding: the largest per-device batch up to `per_device_limit` (the recipe's, so memory per step does not grow),
-    else the smallest above it; None when no split exists.
+) -> ScheduleChoice | None:
+    """Whole per-device batch, accumulation and generation steps giving exactly `completions_per_step` per optimizer
+    step and `completions_per_rollout` per rollout at `world_size`, with every batch rule holding; None if none does.
 
-    Without steps_per_generation/generation_batch_size, TRL generates every gradient_accumulation_steps micro-steps,
-    so that key follows the accumulation steps, as it does in TRL.
+    The per-device batch is the largest up to `per_device_limit` (the recipe's, so memory per micro-step does not
+    grow), else the smallest above it. With `generation_batch_size` set, the rollout is that key (it does not depend
+    on the world size), so only the step is split and steps_per_generation stays unset (TRL refuses both).
     """
     if completions_per_step < 1 or completions_per_step % world_size:
+        return None
+    if generation_batch_size is None and completions_per_rollout % world_size:
         return None
     per_process = completions_per_step // world_size
     candidates = [*range(min(per_device_limit, per_process), 0, -1), *range(per_device_limit + 1, per_process + 1)]
     for per_device in candidates:
         if per_process % per_device:
             continue
-        choice = BatchChoice(per_device, per_process // per_device)
+        steps = None
+        if generation_batch_size is None:
+            if (completions_per_rollout // world_size) % per_device:
+                continue
+            steps = completions_per_rollout // world_size // per_device
+        choice = ScheduleChoice(per_device, per_process // per_device, steps)
         if batch_rules_hold(
             world_size,
-            *choice,
+            choice.per_device_train_batch_size,
+            choice.gradient_accumulation_steps,
             num_generations,
-            steps_per_generation=steps_per_generation,
+            steps_per_generation=steps,
             generation_batch_size=generation_batch_size,
         ):
             return choice
     return None
 
 
-def nearest_totals(
+def nearest_schedules(
     world_size: int,
     completions_per_step: int,
+    completions_per_rollout: int,
     num_generations: int,
     per_device_limit: int,
     *,
-    steps_per_generation: int | None = None,
     generation_batch_size: int | None = None,
-) -> tuple[tuple[int, BatchChoice] | None, tuple[int, BatchChoice] | None]:
-    """The completions-per-step totals nearest to `completions_per_step` (below, above) that `world_size` processes
-    can run with whole numbers and every rule holding, each with its `BatchChoice`; None where none is found.
+) -> tuple[tuple[int, int, ScheduleChoice] | None, tuple[int, int, ScheduleChoice] | None]:
+    """The schedules nearest to the given one (below, above) that `world_size` processes can run with whole numbers
+    and every rule holding, as (completions per step, per rollout, choice); None where none is found.
 
-    Only multiples of lcm(world_size, num_generations) can hold whole groups on every process, so those are tried.
+    They keep the optimizer steps per rollout (the rollout scales with the step; with `generation_batch_size` the
+    rollout stays). A step holding whole groups on every process is a multiple of lcm(world_size, num_generations),
+    so those are tried.
     """
-    step = math.lcm(world_size, num_generations)
-    keys = {"steps_per_generation": steps_per_generation, "generation_batch_size": generation_batch_size}
+    unit = math.lcm(world_size, num_generations)
+    ratio = Fraction(completions_per_rollout, completions_per_step)
 
-    def found(total: int) -> tuple[int, BatchChoice] | None:
-        choice = choice_for_total(world_size, total, num_generations, per_device_limit, **keys)
-        return None if choice is None else (total, choice)
+    def found(step: int) -> tuple[int, int, ScheduleChoice] | None:
+        rollout = completions_per_rollout if generation_batch_size is not None else step * ratio
+        if isinstance(rollout, Fraction):
+            if rollout.denominator != 1:
+                return None
+            rollout = rollout.numerator
+        choice = choice_for_schedule(
+            world_size,
+            step,
+            rollout,
+            num_generations,
+            per_device_limit,
+            generation_batch_size=generation_batch_size,
+        )
+        return None if choice is None else (step, rollout, choice)
 
-    first_below = (completions_per_step - 1) // step * step
-    below = next((r for t in range(first_below, 0, -step) if (r := found(t))), None)
-    first_above = (completions_per_step // step + 1) * step
-    above = next((r for t in range(first_above, first_above + MAX_SEARCH * step, step) if (r := found(t))), None)
+    first_below = (completions_per_step - 1) // unit * unit
+    below = next((r for t in range(first_below, 0, -unit) if (r := found(t))), None)
+    first_above = (completions_per_step // unit + 1) * unit
+    above = next((r for t in range(first_above, first_above + MAX_SEARCH * unit, unit) if (r := found(t))), None)
     return below, above
 
 
-def choice_flags(choice: BatchChoice, per_device: int, accumulation: int) -> str:
-    """The command-line flags that turn (per_device, accumulation) into `choice` (only the keys that change)."""
+def schedule_flags(choice: ScheduleChoice, per_device: int) -> str:
+    """The overrides that set `choice`: the per-device batch when it changes, then the step counts."""
     flags = []
     if choice.per_device_train_batch_size != per_device:
         flags.append(f"--per_device_train_batch_size {choice.per_device_train_batch_size}")
-    if choice.gradient_accumulation_steps != accumulation:
-        flags.append(f"--gradient_accumulation_steps {choice.gradient_accumulation_steps}")
+    flags.append(f"--gradient_accumulation_steps {choice.gradient_accumulation_steps}")
+    if choice.steps_per_generation is not None:
+        flags.append(f"--steps_per_generation {choice.steps_per_generation}")
     return " ".join(flags)
 
 
-def keep_batch_fix(
-    world_size: int,
-    per_device_train_batch_size: int,
-    gradient_accumulation_steps: int,
-    num_generations: int,
+def keep_schedule_fix(
+    per_device: int,
     completions_per_step: int,
+    completions_per_rollout: int,
+    world: int,
+    whose: str = "the recipe's",
     *,
-    steps_per_generation: int | None = None,
+    num_generations: int,
     generation_batch_size: int | None = None,
 ) -> str:
-    """The fix that keeps `completions_per_step` at `world_size`: whole per-device batch and accumulation values with
-    every batch rule holding, as command-line flags; else why it cannot be kept, and the nearest totals that fit.
-
-    The per-device batch is not raised above the current one when a smaller one works (more memory per micro-step).
-    """
-    keys = {"steps_per_generation": steps_per_generation, "generation_batch_size": generation_batch_size}
-    current = (per_device_train_batch_size, gradient_accumulation_steps)
-    limit = per_device_train_batch_size
-    choice = choice_for_total(world_size, completions_per_step, num_generations, limit, **keys)
-    if choice is not None:
-        return f"keep the recipe's {completions_per_step} completions per step with `{choice_flags(choice, *current)}`."
-    below, above = nearest_totals(world_size, completions_per_step, num_generations, limit, **keys)
-    nearest = " or ".join(
-        f"{total} (`{flags}`)" if (flags := choice_flags(option, *current)) else f"{total} (as set)"
-        for total, option in (found for found in (below, above) if found is not None)
+    """The command-line overrides that keep `completions_per_step` and `completions_per_rollout` at `world`
+    processes in whole numbers with every batch rule holding; else why that cannot be, and the nearest schedules
+    (same optimizer steps per rollout) that can, each with its overrides."""
+    keys = {"generation_batch_size": generation_batch_size}
+    choice = choice_for_schedule(
+        world, completions_per_step, completions_per_rollout, num_generations, per_device, **keys
     )
-    if completions_per_step % world_size:
-        why = f"{completions_per_step} is not a multiple of {world_size} processes"
+    if choice is not None:
+        return f"keep {whose} schedule with {schedule_flags(choice, per_device)}."
+    below, above = nearest_schedules(
+        world, completions_per_step, completions_per_rollout, num_generations, per_device, **keys
+    )
+    nearest = " or ".join(
+        f"{step} per step and {rollout} per rollout ({schedule_flags(option, per_device)})"
+        for step, rollout, option in (found for found in (below, above) if found is not None)
+    )
+    if completions_per_step % world:
+        why = f"{completions_per_step} is not a multiple of {world} processes"
+    elif generation_batch_size is None and completions_per_rollout % world:
+        why = f"{completions_per_rollout} is not a multiple of {world} processes"
     else:
-        why = f"no whole per-device batch and accumulation steps give it in whole groups of {num_generations}"
-        why += " with the recipe's generation_batch_size" if generation_batch_size is not None else ""
+        why = f"no whole per-device batch gives both in whole groups of {num_generations}"
     return (
-        f"{completions_per_step} completions per optimizer step cannot be kept at {world_size} processes ({why}); "
-        f"the nearest that fit: {nearest or 'none with the recipe keys as set'}."
+        f"{whose} schedule ({completions_per_step} completions per optimizer step, {completions_per_rollout} per "
+        f"rollout) cannot be kept at {world} processes ({why}); the nearest that fit, with the same optimizer steps "
+        f"per rollout: {nearest or 'none found'}."
     )
 
 
