@@ -14,6 +14,7 @@ from trl import GRPOConfig
 
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
+from drgrpo.eos import EosArguments
 from rewards import RewardArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -25,7 +26,7 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 
 @dataclass
-class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
+class DrGRPOConfig(DiagnosticsArguments, EosArguments, GRPOConfig):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
     `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
@@ -41,7 +42,7 @@ class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
     (GRPO): TRL's (1, 1e-4, the defaults), verl's (1, 1e-6) or the population std of the reference table (0, 1e-8).
 
     The diagnostics settings (`correctness_reward`, the warning thresholds and their off switch) are documented in
-    `drgrpo.diagnostics.DiagnosticsArguments`.
+    `drgrpo.diagnostics.DiagnosticsArguments`; `extra_eos_tokens` in `drgrpo.eos.EosArguments`.
     """
 
     dr_grpo: bool = field(

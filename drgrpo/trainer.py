@@ -15,6 +15,7 @@ from trl import GRPOTrainer
 from drgrpo import diagnostics, metric_names
 from drgrpo.advantages import combine_rewards, group_advantages
 from drgrpo.config import DrGRPOConfig
+from drgrpo.eos import apply_extra_eos_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ class DrGRPOTrainer(GRPOTrainer):
             self.reward_func_names, self.args.correctness_reward
         )
         self._ratio_probe: dict | None = None
+        # The recipe's extra end-of-answer tokens join TRL's eos list and both generation backends' stop lists.
+        apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
         if self.args.diagnostics_warnings:
             self.add_callback(diagnostics.DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:

@@ -29,6 +29,8 @@ def main() -> int:
     argv = sys.argv[1:]
     overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.num_processes is not None and args.num_processes < 1:
+        parser.error(f"--num_processes must be 1 or more (training processes), got {args.num_processes}.")
     if args.vllm_serve_args:
         print(shlex.join(vllm_serve_args(args.recipe, overrides)))
         return 0
