@@ -69,6 +69,35 @@ def addition_row(i: int) -> Row:
     return {"question": f"{a}+{b}=", "answer": str(c)}
 
 
+def verifiable_coding_row(i: int) -> Row:
+    """open-r1/verifiable-coding-problems-python(-10k): source, task_type, in_source_id, problem,
+    gold_standard_solution, problem_id, metadata, verification_info (a struct: language, test_cases of {type, input,
+    output})."""
+    a, b, c = _sum(i)
+    return {
+        "source": "apps",
+        "task_type": "verifiable_code",
+        "in_source_id": str(i),
+        "problem": f"Solve the following coding problem using the programming language python: read two integers and "
+        f"print their sum. Example: input {a} {b}, output {c}. Now solve the problem and return the code.",
+        "gold_standard_solution": "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
+        "problem_id": f"vfc_{i}",
+        "metadata": json.dumps({"difficulty": "interview"}),
+        "verification_info": {
+            "language": "python",
+            "test_cases": [{"type": "stdin_stdout", "input": f"{a} {b}\n", "output": f"{c}\n"}],
+        },
+    }
+
+
+def code_task_row(i: int) -> Row:
+    """The shipped code task set (rewards/code/tasks/code_tasks.jsonl), whose real rows are local: used as they are."""
+    from rewards.code.taskset import load_task_set
+
+    rows = load_task_set()
+    return rows[i % len(rows)]
+
+
 # Hub dataset id (or the local path a recipe ships with) -> one row of that dataset's format.
 FORMATS: dict[str, Callable[[int], Row]] = {
     "DigitalLearningGmbH/MATH-lighteval": math_row,
@@ -76,6 +105,8 @@ FORMATS: dict[str, Callable[[int], Row]] = {
     "HuggingFaceH4/MATH-500": math500_row,
     "openai/gsm8k": gsm8k_row,
     "outputs/demo/data/train.jsonl": addition_row,
+    "open-r1/verifiable-coding-problems-python-10k": verifiable_coding_row,
+    "rewards/code/tasks/code_tasks.jsonl": code_task_row,
 }
 
 
