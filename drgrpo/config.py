@@ -82,6 +82,15 @@ class DrGRPOConfig(DiagnosticsArguments, EosArguments, GRPOConfig):
         metadata={"help": "Added to the group std before dividing: 1e-4 (TRL), 1e-6 (verl), 1e-8 (reference table)."},
     )
 
+    zero_reward_for_truncated: bool = field(
+        default=False,
+        metadata={
+            "help": "Score a completion cut at max_completion_length (no end-of-answer token) 0 on every reward "
+            "function, as the Dr.GRPO paper's runs do. It stays in its group with reward 0, unlike TRL's "
+            "mask_truncated_completions, which leaves it out of the loss."
+        },
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.scale_rewards, (bool, str)):
             key = self.scale_rewards.lower() if isinstance(self.scale_rewards, str) else self.scale_rewards
