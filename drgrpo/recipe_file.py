@@ -40,7 +40,7 @@ def recipe_path(argv: Sequence[str]) -> str | None:
 
 def _missing_file_hint(path: str) -> str:
     shipped = sorted(str(p.relative_to(RECIPES_DIR.parent)) for p in RECIPES_DIR.glob("*.yaml"))
-    close = difflib.get_close_matches(path, shipped, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(path, shipped, n=1, cutoff=0.8)
     if close:
         return f"Did you mean {close[0]}?"
     return f"Shipped recipes: {', '.join(shipped)}." if shipped else "Pass the path of a recipe YAML file."

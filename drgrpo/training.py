@@ -35,6 +35,13 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     settings = run_settings(script_args, training_args, model_args)
     overwrite = script_args.overwrite_output_dir
     check_output_dir(training_args.output_dir, settings, overwrite=overwrite)
+    # Rewards before the tokenizer and data: a custom reward that cannot be imported fails in seconds.
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs,
+        settings=script_args,
+        max_completion_length=training_args.max_completion_length,
+        reward_weights=training_args.reward_weights,
+    )
     training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
@@ -45,12 +52,6 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         seed=training_args.seed,
         tokenizer=tokenizer,
         chat_template_kwargs=training_args.chat_template_kwargs,
-    )
-    reward_funcs = get_reward_funcs(
-        script_args.reward_funcs,
-        settings=script_args,
-        max_completion_length=training_args.max_completion_length,
-        reward_weights=training_args.reward_weights,
     )
 
     trainer = DrGRPOTrainer(
