@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any, get_type_hints
 
 from transformers import TrainingArguments
-from transformers.hf_argparser import string_to_bool
 from trl import GRPOConfig, ModelConfig, TrlParser
 
 from drgrpo.config import DrGRPOConfig, ScriptArguments
@@ -142,11 +141,17 @@ def actions_by_key(parser: argparse.ArgumentParser) -> dict[str, argparse.Action
     return actions
 
 
+def _type_name(action: argparse.Action) -> str:
+    """The converter's name: "float", "int", "string_to_bool", ... (TRL wraps `X | None` converters in a function
+    that also accepts "none" and keeps the inner name)."""
+    return getattr(action.type, "__name__", "")
+
+
 def expected_type(action: argparse.Action) -> str | None:
     """What a key takes, in words, or None when any value goes (strings, dicts, library objects)."""
     if action.choices is not None:
         return "one of " + ", ".join(str(choice) for choice in action.choices)
-    return {float: "a number", int: "an integer", string_to_bool: "true or false"}.get(action.type)
+    return {"float": "a number", "int": "an integer", "string_to_bool": "true or false"}.get(_type_name(action))
 
 
 def _fits(value: Any, action: argparse.Action) -> bool:
@@ -158,11 +163,12 @@ def _fits(value: Any, action: argparse.Action) -> bool:
         return action.choices is None or converted in action.choices
     if action.choices is not None:
         return value in action.choices or str(value) in [str(choice) for choice in action.choices]
-    if action.type is float:
+    name = _type_name(action)
+    if name == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if action.type is int:
+    if name == "int":
         return isinstance(value, int) and not isinstance(value, bool)
-    if action.type is string_to_bool:
+    if name == "string_to_bool":
         return isinstance(value, bool)
     return True
 
