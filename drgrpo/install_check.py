@@ -127,7 +127,11 @@ def check_report(
 
 
 def dry_run_command(
-    pip_args: Sequence[str], extras: Sequence[str], project: str | Path = ".", python: str = sys.executable
+    pip_args: Sequence[str],
+    extras: Sequence[str],
+    project: str | Path = ".",
+    report: str | Path = "-",
+    python: str = sys.executable,
 ) -> list[str]:
     """The pip command that resolves `make install TORCH="<pip_args>" EXTRAS=<extras>` without installing anything.
 
@@ -137,26 +141,32 @@ def dry_run_command(
     """
     args = ["--extra-index-url" if arg == "--index-url" else arg for arg in pip_args]
     return [
-        python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-",
+        python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--report", str(report),
         *args, "-e", f"{project}[{','.join(extras)}]",
     ]  # fmt: skip
+
+
+# pip's explanation of a failed resolution: "The conflict is caused by: ... vllm 0.33.0 depends on torch==2.14.0".
+_CONFLICT_LINE = re.compile(r"ERROR|conflict is caused by|depends on|user requested|constraint", re.IGNORECASE)
 
 
 def resolve(pip_args: Sequence[str], extras: Sequence[str], project: str | Path = ".") -> dict[str, Any]:
     """Run pip's resolver in dry-run; the installation report, or a `RuntimeError` with pip's own explanation."""
     torch = torch_request(pip_args)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraint:
+    with tempfile.TemporaryDirectory() as folder:
         extra_args: list[str] = []
         if torch is not None:  # as `make install`: the extras resolve against the chosen torch, never replace it
-            constraint.write(f"{torch}\n")
-            constraint.flush()
-            extra_args = ["-c", constraint.name]
-        command = dry_run_command([*pip_args, *extra_args], extras, project)
+            constraint = Path(folder) / "torch-constraint.txt"
+            constraint.write_text(f"{torch}\n")
+            extra_args = ["-c", str(constraint)]
+        report = Path(folder) / "report.json"
+        command = dry_run_command([*pip_args, *extra_args], extras, project, report)
         result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        reason = [line for line in result.stderr.splitlines() if line.strip() and "is ignored" not in line]
-        raise RuntimeError(f"pip cannot resolve {shlex.join(command[3:])}:\n" + "\n".join(reason[-15:]))
-    return json.loads(result.stdout)
+        if result.returncode == 0:
+            return json.loads(report.read_text())
+    output = (result.stdout + result.stderr).splitlines()
+    reason = [line.strip() for line in output if _CONFLICT_LINE.search(line) and "is ignored" not in line]
+    raise RuntimeError(f"pip cannot resolve {shlex.join(command[3:])}:\n" + "\n".join(reason[-15:]))
 
 
 def format_versions(report: Mapping[str, Any]) -> str:

@@ -98,7 +98,7 @@ def test_the_dry_run_mirrors_make_install():
     assert torch_request(args) == Requirement("torch==2.13.0")
     command = dry_run_command(args, ["dev", "vllm"], "/repo", python="py")
     assert command == [
-        "py", "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", "-", "torch==2.13.0",
+        "py", "-m", "pip", "install", "--dry-run", "--ignore-installed", "--report", "-", "torch==2.13.0",
         "--extra-index-url", "https://download.pytorch.org/whl/cu128", "-e", "/repo[dev,vllm]",
     ]  # fmt: skip
 
