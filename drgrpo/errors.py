@@ -65,8 +65,9 @@ def debug_requested(argv: list[str], environ: Mapping[str, str] = os.environ) ->
     return TRACEBACK_FLAG in argv or environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
-def run_main(main: Callable[[], int | None]) -> None:
-    """Run a script's `main()`, exiting with its status if nonzero; print a user error in two lines (status 2).
+def run_main(main: Callable[[], object]) -> None:
+    """Run a script's `main()`, exiting with its status if it returns a nonzero int; print a user error in two
+    lines (status 2). Any other return value (e.g. `evaluate.py`'s summary) means success.
 
     `--traceback` is removed from `sys.argv` before `main` parses it.
     """
@@ -79,5 +80,5 @@ def run_main(main: Callable[[], int | None]) -> None:
             raise
         print(format_user_error(error), file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
-    if status:
+    if isinstance(status, int) and not isinstance(status, bool) and status:
         sys.exit(status)

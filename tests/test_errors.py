@@ -74,6 +74,15 @@ def test_run_main_prints_a_user_error_and_re_raises_with_traceback_flag_or_env(m
         run_main(bad)
 
 
+def test_run_main_exits_only_for_a_nonzero_int_status():
+    run_main(lambda: None)
+    run_main(lambda: {"pass@1": 0.5})  # evaluate.py's main returns its summary: success
+    run_main(lambda: 0)
+    with pytest.raises(SystemExit) as info:
+        run_main(lambda: 1)
+    assert info.value.code == 1
+
+
 def test_bugs_keep_their_traceback():
     def value_error_outside_the_project() -> None:
         int("x")
