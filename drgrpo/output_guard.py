@@ -155,9 +155,9 @@ def check_output_dir(output_dir: str | Path, settings: Mapping[str, Any], *, ove
     if changed:
         shown = "; ".join(_describe(key, record["settings"], settings) for key in changed[:4])
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
-        name = f" (run {record['run_name']!r})" if record.get("run_name") else ""
+        run = f"run {record['run_name']!r}" if record.get("run_name") else "a run"
         raise RecipeError(
-            f"output_dir {str(output_dir)!r} holds {held} of a run{name} with different settings: {shown}{more}. "
+            f"output_dir {str(output_dir)!r} holds {held} of {run} with different settings: {shown}{more}. "
             f"To continue that run, use its settings. {fix}"
         )
 
