@@ -100,9 +100,10 @@ EVALS ?= outputs/eval
 eval-compare: install
 	$(PY) scripts/compare_evals.py $(EVALS) $(ARGS)
 
-# Check a recipe before spending GPU hours (no GPU, no weights): batch per step and per generation round, context,
-# per-GPU memory, vLLM/ZeRO-3 settings. `make plan RECIPE=recipes/qwen3_8b_drgrpo.yaml [NUM_PROCESSES=16]
-# [ACCELERATE_CONFIG=accelerate_configs/zero3.yaml] [ARGS="--gradient_accumulation_steps 4"]` (ARGS: recipe overrides).
+# Check a recipe before spending GPU hours (no GPU, no weights): batch per step and per rollout, optimizer steps per
+# rollout, context, per-GPU memory, vLLM/ZeRO-3 settings. `make plan RECIPE=recipes/qwen3_8b_drgrpo.yaml
+# [NUM_PROCESSES=16] [ACCELERATE_CONFIG=accelerate_configs/zero3.yaml] [ARGS="--per_device_train_batch_size 8"]`
+# (ARGS: recipe overrides).
 NUM_PROCESSES ?=
 plan: install
 	$(PY) scripts/plan.py $(RECIPE) $(if $(NUM_PROCESSES),--num_processes $(NUM_PROCESSES)) \

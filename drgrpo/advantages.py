@@ -34,6 +34,7 @@ def group_advantages(
     scale_by_std: bool = True,
     std_ddof: int = 1,
     epsilon: float = 1e-4,
+    verl_single_sample_rule: bool = False,
 ) -> torch.Tensor:
     """Group-relative advantage of every completion, ``A_i = (R_i - mean_g(R)) / (std_g(R) + eps)``.
 
@@ -52,12 +53,14 @@ def group_advantages(
         scale_by_std: divide by the group's std (GRPO) or not (Dr.GRPO).
         std_ddof: delta degrees of freedom of the std (0: population std, 1: Bessel-corrected sample std).
         epsilon: added to the std before dividing, so that an all-equal group gives 0 rather than NaN.
+        verl_single_sample_rule: only for ``group_size == 1``. Off (default, TRL's rule): a lone sample is its own
+            mean, so its advantage is 0; it carries no signal. On: verl's ``compute_grpo_outcome_advantage`` rule
+            (``mean = 0``, ``std = 1``), so the advantage is the raw reward (divided by ``1 + epsilon`` when scaling).
 
     Returns:
         ``(N,)`` float tensor. NaN rewards are excluded from their group's mean and std and get advantage 0.
-        A group with fewer than ``std_ddof + 1`` scored samples has std 0. An all-equal group gives all zeros.
-        ``group_size == 1`` follows verl's single-sample rule (``mean = 0``, ``std = 1``): the advantage is the raw
-        reward (divided by ``1 + epsilon`` when scaling), since a lone sample has no siblings to compare with.
+        A group with fewer than ``std_ddof + 1`` scored samples has std 0. An all-equal group gives all zeros, and
+        so does every group of one sample unless ``verl_single_sample_rule`` is on.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -70,7 +73,7 @@ def group_advantages(
     grouped = rewards.view(-1, group_size)
     valid = ~torch.isnan(grouped)
 
-    if group_size == 1:
+    if group_size == 1 and verl_single_sample_rule:
         mean = torch.zeros_like(grouped)
         std = torch.ones_like(grouped)
     else:
@@ -84,7 +87,8 @@ def group_advantages(
 
     advantages = grouped - mean
     if scale_by_std:
-        advantages = advantages / (std + epsilon)
+        # A sample at its group's mean stays exactly 0, also with epsilon 0 and std 0 (no 0/0 = NaN).
+        advantages = torch.where(advantages == 0, advantages, advantages / (std + epsilon))
     advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
     return advantages.view(-1)
 

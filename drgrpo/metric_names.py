@@ -17,6 +17,8 @@ FIRST_UPDATE_RATIO_MEAN = PREFIX + "ratio/first_update_mean"
 FIRST_UPDATE_MAX_ABS_LOG_RATIO = PREFIX + "ratio/first_update_max_abs_log"
 SAMPLER_TRAINER_RATIO_MEAN = PREFIX + "ratio/sampler_trainer_mean"
 SAMPLER_TRAINER_MAX_ABS_LOG_RATIO = PREFIX + "ratio/sampler_trainer_max_abs_log"
+# Logged as the maximum over all micro-steps since the last log, not TRL's mean of the per-micro-step values.
+MAXIMUM_METRICS = (FIRST_UPDATE_MAX_ABS_LOG_RATIO, SAMPLER_TRAINER_MAX_ABS_LOG_RATIO)
 
 TRL_REWARD = "reward"
 TRL_ZERO_STD_SHARE = "frac_reward_zero_std"

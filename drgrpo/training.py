@@ -10,6 +10,7 @@ from trl import ModelConfig, get_peft_config
 from drgrpo.checkpoints import find_resumable_checkpoint
 from drgrpo.config import DrGRPOConfig, ScriptArguments
 from drgrpo.data import load_prompt_dataset
+from drgrpo.eos import extra_eos_token_ids
 from drgrpo.output_guard import check_output_dir, run_settings, start_run
 from drgrpo.trainer import DrGRPOTrainer
 from rewards import get_reward_funcs
@@ -46,6 +47,7 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
 
     train_dataset, eval_dataset = load_prompt_dataset(
         script_args,

@@ -31,6 +31,8 @@ def main() -> int:
     argv = sys.argv[1:]
     overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.num_processes is not None and args.num_processes < 1:
+        parser.error(f"--num_processes must be 1 or more (training processes), got {args.num_processes}.")
     read_recipe(args.recipe)  # a wrong path or bad YAML: one line naming the file
     if args.vllm_serve_args:
         print(shlex.join(vllm_serve_args(args.recipe, overrides)))

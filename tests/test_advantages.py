@@ -62,12 +62,31 @@ def test_group_with_single_scored_sample_gets_zero():
     assert group_advantages(rewards, 4).tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
-def test_verl_single_sample_group_rule():
+def test_group_of_one_gets_zero_as_in_trl():
+    # TRL 1.16 (eval with num_generations_eval=1): mean = the reward itself, std 0, so A = 0 with or without scaling.
+    rewards = torch.tensor([1.0, 0.25, 1.0, 0.25])
+    for scale in (True, False):
+        for ddof in (0, 1):
+            assert group_advantages(rewards, 1, scale_by_std=scale, std_ddof=ddof).tolist() == [0.0] * 4
+
+
+def test_verl_single_sample_group_rule_is_opt_in():
     # verl compute_grpo_outcome_advantage: a group of one sample uses mean 0 and std 1, so A is the raw score.
     rewards = torch.tensor([0.7, 0.0, 1.0], dtype=torch.float64)
-    assert group_advantages(rewards, 1, scale_by_std=False).tolist() == [0.7, 0.0, 1.0]
-    scaled = group_advantages(rewards, 1, epsilon=1e-6)
+    verl = {"verl_single_sample_rule": True}
+    assert group_advantages(rewards, 1, scale_by_std=False, **verl).tolist() == [0.7, 0.0, 1.0]
+    scaled = group_advantages(rewards, 1, epsilon=1e-6, **verl)
     assert scaled.tolist() == pytest.approx([0.7 / (1 + 1e-6), 0.0, 1.0 / (1 + 1e-6)], rel=1e-12)
+    # The option changes nothing for real groups.
+    pair = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    assert torch.equal(group_advantages(pair, 2, **verl), group_advantages(pair, 2))
+
+
+def test_all_equal_group_is_zero_even_with_epsilon_zero():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    adv = group_advantages(rewards, 2, std_ddof=0, epsilon=0.0)
+    assert adv[:2].tolist() == [0.0, 0.0]  # std 0, not 0/0
+    assert adv[2:].tolist() == pytest.approx([-1.0, 1.0])
 
 
 def test_groups_are_contiguous_and_independent():

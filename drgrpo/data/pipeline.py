@@ -11,7 +11,7 @@ from typing import Any
 from datasets import Dataset
 
 from drgrpo.data.arguments import DataArguments
-from drgrpo.data.gold_check import report_unparseable, reward_gold_check, unparseable_indices
+from drgrpo.data.gold_check import report_unparseable, reward_gold_check, unparseable_indices_once
 from drgrpo.data.mixture import mix_sources
 from drgrpo.data.sources import DataSource, Example, data_sources, load_source, source_examples
 from drgrpo.templates import prompt_text, prompt_token_ids, render_prompt
@@ -59,7 +59,8 @@ def _finish(
         examples = [examples[i] for i in keep]
         prompts = [prompts[i] for i in keep]
     if gold_check is not None:
-        bad = unparseable_indices([example.answer for example in examples], gold_check)
+        # Main process only, result broadcast; cached by answers + grader version (drgrpo/data/gold_check.py).
+        bad = unparseable_indices_once([example.answer for example in examples], gold_check)
         if bad:
             logger.warning(report_unparseable(examples, bad, which))
             if args.drop_unparseable_answers:

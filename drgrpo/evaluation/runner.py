@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from drgrpo.eos import extra_eos_token_ids
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
@@ -58,6 +59,13 @@ class EvalArguments:
     chat_template_kwargs: str | None = field(
         default=None,
         metadata={"help": "JSON object passed to the chat template, e.g. '{\"enable_thinking\": false}'."},
+    )
+    extra_eos_tokens: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Tokens that also end a completion, besides the model's own eos, e.g. '<|im_end|>' (default: "
+            "the recipe's extra_eos_tokens). Each must be a single token of the model's tokenizer."
+        },
     )
     n: int = field(default=1, metadata={"help": "Samples per problem."})
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy decoding."})
@@ -144,11 +152,12 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
 
 
 _DATA_SUFFIXES = {".jsonl", ".json", ".parquet", ".csv"}
-_TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs")
+_TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs", "extra_eos_tokens")
 
 
 def recipe_prompt_settings(recipe: str | Path) -> dict:
-    """The prompt settings (template, system prompt, chat-template kwargs) of a training recipe YAML."""
+    """The prompt settings (template, system prompt, chat-template kwargs, extra end-of-answer tokens) of a training
+    recipe YAML."""
     import yaml
 
     path = Path(recipe)
@@ -178,6 +187,14 @@ def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
         if not isinstance(kwargs, dict):
             raise ValueError("chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'.")
     return template, system_prompt, kwargs
+
+
+def _extra_eos_tokens(args: EvalArguments) -> list[str]:
+    """`--extra_eos_tokens`, else the recipe's: the same stop tokens as in training (docs/eos-tokens.md)."""
+    if args.extra_eos_tokens is not None:
+        return list(args.extra_eos_tokens)
+    tokens = recipe_prompt_settings(args.recipe).get("extra_eos_tokens") if args.recipe else None
+    return [tokens] if isinstance(tokens, str) else list(tokens or [])
 
 
 def read_samples(path: Path) -> list[dict]:
@@ -249,6 +266,9 @@ def run_evaluation(args: EvalArguments) -> dict:
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
     }
+    extra_eos_tokens = _extra_eos_tokens(args)
+    if extra_eos_tokens:  # only when set, so that evaluations written before the key existed still resume
+        config["extra_eos_tokens"] = extra_eos_tokens
     _check_config(output_dir, config, args.overwrite)
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
@@ -257,6 +277,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    extra_eos_ids = extra_eos_token_ids(tokenizer, extra_eos_tokens)  # an unknown token fails before the model loads
     built = build_prompts(tokenizer, [p.question for p in bench.problems], template, system_prompt, chat_kwargs)
     prompts = {p.index: prompt for p, prompt in zip(bench.problems, built, strict=True)}
     pending = [
@@ -270,7 +291,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     if done:
         logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
     if pending:
-        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path)
+        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids)
 
     rows = read_samples(samples_path)
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
@@ -283,7 +304,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     return summary
 
 
-def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path) -> None:
+def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids) -> None:
     from tqdm.auto import tqdm
 
     if backend_name == "vllm":
@@ -294,10 +315,11 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
             seed=args.seed,
+            extra_eos_ids=extra_eos_ids,
         )
         batch_size = args.batch_size or 1024
     else:
-        backend = TransformersBackend(args.model_name_or_path, tokenizer, dtype=args.dtype)
+        backend = TransformersBackend(args.model_name_or_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
         batch_size = args.batch_size or 32
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
