@@ -66,8 +66,8 @@ def debug_requested(argv: list[str], environ: Mapping[str, str] = os.environ) ->
 
 
 def run_main(main: Callable[[], object]) -> None:
-    """Run a script's `main()`, exiting with its status if it returns a nonzero int; print a user error in two
-    lines (status 2). Any other return value (e.g. `evaluate.py`'s summary) means success.
+    """Run a script's `main()` and exit with its status when it returns an int (`sys.exit(main())`); any other
+    return value (None, `evaluate.py`'s summary) means success and returns. A user error prints two lines, status 2.
 
     `--traceback` is removed from `sys.argv` before `main` parses it.
     """
@@ -80,5 +80,5 @@ def run_main(main: Callable[[], object]) -> None:
             raise
         print(format_user_error(error), file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
-    if isinstance(status, int) and not isinstance(status, bool) and status:
+    if isinstance(status, int) and not isinstance(status, bool):
         sys.exit(status)

@@ -23,6 +23,7 @@ from trl import GRPOConfig, ModelConfig, TrlParser
 from drgrpo.config import DrGRPOConfig, ScriptArguments
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
+from drgrpo.eos import EosArguments
 from drgrpo.errors import RecipeError
 from drgrpo.output_guard import OutputDirArguments
 from rewards import RewardArguments
@@ -34,6 +35,7 @@ GROUPS: tuple[tuple[type, str], ...] = (
     (DataArguments, "data and prompts"),
     (RewardArguments, "rewards"),
     (DiagnosticsArguments, "diagnostics"),
+    (EosArguments, "end-of-answer tokens"),
     (OutputDirArguments, "output directory"),
     (ModelConfig, "model (TRL ModelConfig)"),
     (GRPOConfig, "GRPO trainer (TRL GRPOConfig)"),
@@ -77,9 +79,10 @@ def group_title(cls: type) -> str:
     titles = dict(GROUPS)
     if cls in titles:
         return titles[cls]
-    # A library base class not listed (TRL may add one): the group of the first listed class derived from it.
+    # A class not listed (a new mixin, or a base class TRL adds): the group of the first listed class of the same
+    # origin (the project's, or a library's) that derives from it.
     for group_class, title in GROUPS:
-        if _is_library(group_class) and issubclass(group_class, cls):
+        if _is_library(group_class) == _is_library(cls) and issubclass(group_class, cls):
             return title
     return GROUPS[-1][1]
 

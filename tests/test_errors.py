@@ -74,13 +74,13 @@ def test_run_main_prints_a_user_error_and_re_raises_with_traceback_flag_or_env(m
         run_main(bad)
 
 
-def test_run_main_exits_only_for_a_nonzero_int_status():
+def test_run_main_exits_with_an_int_status_and_returns_otherwise():
     run_main(lambda: None)
     run_main(lambda: {"pass@1": 0.5})  # evaluate.py's main returns its summary: success
-    run_main(lambda: 0)
-    with pytest.raises(SystemExit) as info:
-        run_main(lambda: 1)
-    assert info.value.code == 1
+    for status in (0, 1):  # plan.py: 1 when the recipe has an error
+        with pytest.raises(SystemExit) as info:
+            run_main(lambda status=status: status)
+        assert info.value.code == status
 
 
 def test_bugs_keep_their_traceback():
