@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -23,9 +23,19 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	# deepspeed builds against the torch installed above, not a fresh one in an isolated build env.
-	$(PY) -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"
+	# The torch build installed above stays: the extras resolve against it (vLLM pins one exact torch release) or pip
+	# stops at once, naming the torch they need. deepspeed builds against it, not a fresh one in an isolated build env.
+	$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
+
+# Would a GPU install resolve to a supported stack? pip's resolver in dry-run (nothing installed; metadata only, a
+# minute or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, and the requirements of vLLM,
+# torch, transformers and TRL on each other. `make check-install TORCH="torch==2.13.0 --index-url ..."`
+# [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"] (extra pins). docs/install.md has the GPU install lines.
+CHECK_EXTRAS ?= dev,vllm
+check-install: install
+	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
 
 demo: install
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py

@@ -15,6 +15,7 @@ from trl import GRPOConfig
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
 from drgrpo.eos import EosArguments
+from drgrpo.output_guard import OutputDirArguments
 from rewards import RewardArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -191,6 +192,7 @@ def resolve_dr_grpo(config: DrGRPOConfig) -> None:
 
 
 @dataclass
-class ScriptArguments(DataArguments, RewardArguments):
+class ScriptArguments(DataArguments, RewardArguments, OutputDirArguments):
     """Arguments of `scripts/train.py` that are neither trainer nor model settings: the data and prompt settings
-    (`drgrpo.data.DataArguments`) and the reward settings (`rewards.RewardArguments`)."""
+    (`drgrpo.data.DataArguments`), the reward settings (`rewards.RewardArguments`) and the output directory guard
+    (`drgrpo.output_guard.OutputDirArguments`)."""

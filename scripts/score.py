@@ -10,6 +10,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from drgrpo.errors import run_main
 from rewards import RewardArguments, get_reward_funcs
 from rewards.scoring import ScoreArguments, flagged_rows, load_rows, score_rows, summarize
 
@@ -47,4 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

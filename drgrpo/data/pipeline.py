@@ -135,7 +135,9 @@ def load_prompt_dataset(
     examples = mix_sources(per_source, weights, args.dataset_mixture_size, rng)
     rng.shuffle(examples)
 
-    eval_examples = None if held_out_source is None else source_examples(load_source(held_out_source), held_out_source)
+    eval_examples = (
+        None if held_out_source is None else source_examples(load_source(held_out_source, "held-out"), held_out_source)
+    )
     if args.dataset_test_size is not None:
         if args.dataset_test_size >= len(examples):
             raise ValueError(

@@ -114,30 +114,52 @@ def data_sources(args: DataArguments) -> list[DataSource]:
     return sources
 
 
-def load_local(path: str | Path) -> Dataset:
-    """Load a .jsonl/.json/.parquet/.csv file, or every such file in a folder (all of one format)."""
+def _is_blank(path: Path, chunk_bytes: int = 1 << 20) -> bool:
+    """Whether a file holds nothing but whitespace (read until the first other byte; a real file stops at once)."""
+    with open(path, "rb") as file:
+        while chunk := file.read(chunk_bytes):
+            if chunk.strip():
+                return False
+    return True
+
+
+def load_local(path: str | Path, *, key: str = "dataset_path", role: str = "") -> Dataset:
+    """Load a .jsonl/.json/.parquet/.csv file, or every such file in a folder (all of one format).
+
+    `key` and `role` ("training", "held-out") name the recipe key and the split in error messages.
+    """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"dataset_path {str(path)!r} does not exist.")
+        raise FileNotFoundError(f"{key} {str(path)!r} does not exist.")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _FORMATS)
         if not files:
-            raise FileNotFoundError(f"dataset_path {str(path)!r}: no {'/'.join(_FORMATS)} file in this folder.")
+            raise FileNotFoundError(f"{key} {str(path)!r}: no {'/'.join(_FORMATS)} file in this folder.")
     else:
         files = [path]
     kinds = {_FORMATS.get(p.suffix) for p in files}
     if None in kinds:
-        raise ValueError(f"dataset_path {str(path)!r}: unsupported file type; use one of {', '.join(_FORMATS)}.")
+        raise ValueError(f"{key} {str(path)!r}: unsupported file type; use one of {', '.join(_FORMATS)}.")
     if len(kinds) != 1:
         found = sorted({p.suffix for p in files})
-        raise ValueError(f"dataset_path {str(path)!r} mixes file formats {found}; keep files of one format.")
+        raise ValueError(f"{key} {str(path)!r} mixes file formats {found}; keep files of one format.")
+    # `datasets` fails on an empty file with a bare StopIteration (json), "corresponds to no data" or a parquet error.
+    blank = [p for p in files if _is_blank(p)]
+    if blank:
+        split = f"the {role} split" if role else "it"
+        raise ValueError(
+            f"{key} {str(path)!r}: {'file ' + str(blank[0]) if path.is_dir() else 'the file'} is empty, so {split} "
+            "has no rows. Fill it (e.g. one JSON object per line for .jsonl), or point "
+            f"{key} at the data file."
+        )
     return load_dataset(kinds.pop(), data_files=[str(p) for p in files], split="train")
 
 
-def load_source(source: DataSource) -> Dataset:
-    """The raw rows of one source (hub split or local file/folder)."""
+def load_source(source: DataSource, role: str = "training") -> Dataset:
+    """The raw rows of one source (hub split or local file/folder); `role` names it in errors."""
     if source.path is not None:
-        return load_local(source.path)
+        key = "dataset_test_path" if role == "held-out" else "dataset_path"
+        return load_local(source.path, key=key, role=role)
     return load_dataset(source.name, source.config, split=source.split)
 
 
