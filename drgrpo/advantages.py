@@ -27,6 +27,32 @@ def combine_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> to
     return total
 
 
+def truncated_completions(completion_ids: list[list[int]], stop_token_ids: list[int]) -> torch.Tensor:
+    """Which completions were cut at the generation limit: their last token is not a stop token (EOS or pad).
+
+    TRL's own definition (``GRPOTrainer._generate_and_score_completions``, ``mask_truncated_completions``), applied
+    to TRL's per-completion token lists, which end at and include the first EOS. An empty completion ended at once
+    and is not truncated.
+    """
+    stops = set(stop_token_ids)
+    return torch.tensor([bool(ids) and ids[-1] not in stops for ids in completion_ids], dtype=torch.bool)
+
+
+def zero_truncated_rewards(rewards_per_func: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """Every reward of a truncated completion set to 0, unscored (NaN) ones included; the others unchanged.
+
+    The Dr.GRPO paper's runs score a response cut at the generation budget 0 (Liu et al. 2025, section 4 / Table 6;
+    Oat's ``ZeroMathActor`` when vLLM's ``finish_reason == "length"``), so it stays in its group with the lowest
+    reward instead of being graded on an unfinished answer (TRL's ``mask_truncated_completions`` instead drops it
+    from the loss).
+
+    Args:
+        rewards_per_func: ``(N, F)`` scores of ``F`` reward functions on ``N`` completions.
+        truncated: ``(N,)`` booleans from ``truncated_completions``.
+    """
+    return rewards_per_func.masked_fill(truncated.to(rewards_per_func.device).unsqueeze(1), 0.0)
+
+
 def group_advantages(
     rewards: torch.Tensor,
     group_size: int,

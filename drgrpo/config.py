@@ -14,7 +14,9 @@ from trl import GRPOConfig
 
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
+from drgrpo.eos import EosArguments
 from drgrpo.family import FamilyArguments
+from drgrpo.output_guard import OutputDirArguments
 from rewards import RewardArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -26,7 +28,7 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 
 @dataclass
-class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, GRPOConfig):
+class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, GRPOConfig):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
     `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
@@ -42,9 +44,9 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, GRPOConfig):
     (GRPO): TRL's (1, 1e-4, the defaults), verl's (1, 1e-6) or the population std of the reference table (0, 1e-8).
 
     The diagnostics settings (`correctness_reward`, the warning thresholds and their off switch) are documented in
-    `drgrpo.diagnostics.DiagnosticsArguments`; the GRPO-family keys (`advantage_estimator`, `kl_in_reward_coef`,
-    `kl_estimator`, `dynamic_sampling`) in `drgrpo.family.FamilyArguments`. `dr_grpo: true` keeps `beta: 0` (no KL
-    in the loss) but allows a KL in the reward (`kl_in_reward_coef`).
+    `drgrpo.diagnostics.DiagnosticsArguments`; `extra_eos_tokens` in `drgrpo.eos.EosArguments`; the GRPO-family keys
+    (`advantage_estimator`, `kl_in_reward_coef`, `kl_estimator`, `dynamic_sampling`) in `drgrpo.family.FamilyArguments`.
+    `dr_grpo: true` keeps `beta: 0` (no KL in the loss) but allows a KL in the reward (`kl_in_reward_coef`).
     """
 
     dr_grpo: bool = field(
@@ -83,6 +85,15 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, GRPOConfig):
     advantage_epsilon: float = field(
         default=1e-4,
         metadata={"help": "Added to the group std before dividing: 1e-4 (TRL), 1e-6 (verl), 1e-8 (reference table)."},
+    )
+
+    zero_reward_for_truncated: bool = field(
+        default=False,
+        metadata={
+            "help": "Score a completion cut at max_completion_length (no end-of-answer token) 0 on every reward "
+            "function, as the Dr.GRPO paper's runs do. It stays in its group with reward 0, unlike TRL's "
+            "mask_truncated_completions, which leaves it out of the loss."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -186,6 +197,7 @@ def resolve_dr_grpo(config: DrGRPOConfig) -> None:
 
 
 @dataclass
-class ScriptArguments(DataArguments, RewardArguments):
+class ScriptArguments(DataArguments, RewardArguments, OutputDirArguments):
     """Arguments of `scripts/train.py` that are neither trainer nor model settings: the data and prompt settings
-    (`drgrpo.data.DataArguments`) and the reward settings (`rewards.RewardArguments`)."""
+    (`drgrpo.data.DataArguments`), the reward settings (`rewards.RewardArguments`) and the output directory guard
+    (`drgrpo.output_guard.OutputDirArguments`)."""

@@ -13,9 +13,10 @@ import torch
 from trl import GRPOTrainer
 
 from drgrpo import diagnostics, metric_names
-from drgrpo.advantages import combine_rewards, group_advantages
+from drgrpo.advantages import combine_rewards, group_advantages, truncated_completions, zero_truncated_rewards
 from drgrpo.config import DrGRPOConfig
 from drgrpo.dynamic_sampling import DynamicSampler
+from drgrpo.eos import apply_extra_eos_tokens
 from drgrpo.family import family_card
 from drgrpo.kl import batch_sequence_kls, kl_penalised_rewards
 
@@ -70,6 +71,8 @@ class DrGRPOTrainer(GRPOTrainer):
             self.reward_func_names, self.args.correctness_reward
         )
         self._ratio_probe: dict | None = None
+        # The recipe's extra end-of-answer tokens join TRL's eos list and both generation backends' stop lists.
+        apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
         self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
         if self.args.diagnostics_warnings:
             self.add_callback(diagnostics.DiagnosticsCallback(self.args))
@@ -80,9 +83,16 @@ class DrGRPOTrainer(GRPOTrainer):
                 logger.warning(message)
 
     # Override: keep the (all-process) rewards TRL just computed, so that the advantage override below starts from
-    # exactly the numbers TRL logs, without re-running any reward function.
+    # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
+    # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
+    # normalises the rewards.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.args.zero_reward_for_truncated:
+            stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+            truncated = truncated_completions(completion_ids_list, stop_token_ids).to(rewards_per_func.device)
+            # TRL's rewards are already gathered over processes, in process order: gather the flags the same way.
+            rewards_per_func = zero_truncated_rewards(rewards_per_func, self.accelerator.gather(truncated))
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 

@@ -64,7 +64,7 @@ def test_generation_batch_size_sets_steps_per_generation_for_the_target_world():
     plan, findings = batch_plan(4, 16, 8, 8, generation_batch_size=512)
     assert findings == [] and plan.steps_per_generation == 8 and plan.completions_per_round == 512
     plan, findings = batch_plan(8, 16, 8, 8, generation_batch_size=96)
-    assert plan is None and findings[0].key == "generation_batch_size" and "multiple of 128" in findings[0].fix
+    assert plan is None and findings[0].key == "generation_batch_size" and "size to 128 " in findings[0].fix
     plan, findings = batch_plan(8, 16, 8, 8, generation_batch_size=1024, steps_per_generation=8)
     assert plan is None and "both set" in findings[0].message
 
@@ -279,6 +279,7 @@ def test_gpu_recipes_keep_the_papers_schedule():
 # The optimizer steps per rollout of every shipped recipe: Oat's 8 for the GPU recipes (the Dr.GRPO paper's
 # schedule), 1 for the tiny CPU demo (one step per generated batch).
 STEPS_PER_ROLLOUT = {
+    "qwen2.5_coder_7b_drgrpo_code.yaml": 8,
     "qwen2.5_math_1.5b_drgrpo.yaml": 8,
     "qwen2.5_math_1.5b_drgrpo_from_verl.yaml": 8,  # verl's train_batch_size 128 / ppo_mini_batch_size 16
     "qwen3_8b_drgrpo.yaml": 8,
@@ -286,6 +287,7 @@ STEPS_PER_ROLLOUT = {
     "qwen3_8b_drgrpo_vllm_server.yaml": 8,
     "qwen3_8b_grpo.yaml": 8,
     "tiny_drgrpo.yaml": 1,
+    "tiny_drgrpo_code.yaml": 1,
     "tiny_grpo.yaml": 1,
 }
 
@@ -336,13 +338,23 @@ def test_reference_schedule_and_header():
 
 def test_keep_schedule_fix_by_hand():
     # 8 -> 2 processes, micro-batch 16: 128 / (16 x 2) = 4 accumulation steps, 1024 / 32 = 32 generation steps.
-    assert keep_schedule_fix(16, 128, 1024, 2).endswith("--gradient_accumulation_steps 4 --steps_per_generation 32.")
+    assert keep_schedule_fix(16, 128, 1024, 2, num_generations=8).endswith(
+        "--gradient_accumulation_steps 4 --steps_per_generation 32."
+    )
     # 8 -> 16: 128 per step needs 8 per process: micro-batch 8, 1 step; 1024 / (8 x 16) = 8 generation steps.
-    assert keep_schedule_fix(16, 128, 1024, 16).endswith(
+    assert keep_schedule_fix(16, 128, 1024, 16, num_generations=8).endswith(
         "--per_device_train_batch_size 8 --gradient_accumulation_steps 1 --steps_per_generation 8."
     )
-    # 128 per step over 3 processes cannot be whole: the products to hit.
-    assert "x 3 x gradient_accumulation_steps = 128" in keep_schedule_fix(16, 128, 1024, 3)
+    # 128 per step over 3 processes cannot be whole. Whole groups on every process need multiples of lcm(3, 8) = 24:
+    # 120 (micro-batch 10: 30 per micro-step, 4 of them; 960 / 30 = 32) or 144 (16: 48, 3; 1152 / 48 = 24), each
+    # with 8 optimizer steps per rollout as written.
+    assert keep_schedule_fix(16, 128, 1024, 3, num_generations=8) == (
+        "the recipe's schedule (128 completions per optimizer step, 1024 per rollout) cannot be kept at 3 processes "
+        "(128 is not a multiple of 3 processes); the nearest that fit, with the same optimizer steps per rollout: "
+        "120 per step and 960 per rollout (--per_device_train_batch_size 10 --gradient_accumulation_steps 4 "
+        "--steps_per_generation 32) or 144 per step and 1152 per rollout (--gradient_accumulation_steps 3 "
+        "--steps_per_generation 24)."
+    )
 
 
 def read_header_lines(text: str) -> str:
@@ -388,7 +400,7 @@ def _broken(tmp_path: Path, source: str, **changes) -> Path:
             "qwen3_8b_drgrpo.yaml",
             {"generation_batch_size": 96, "steps_per_generation": None},
             "generation_batch_size",
-            "multiple of 128",
+            "size to 128",
         ),
     ],
 )

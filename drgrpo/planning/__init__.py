@@ -16,6 +16,7 @@ Every problem is a `Finding` with the fix spelled out. Errors make `scripts/plan
 
 Modules, each importing only the ones listed before it:
 - `findings`: `Finding`, one problem or caution with its key and fix;
+- `fit`: whole-number fixes (batch values that satisfy every batch rule at once, context lengths >= 1);
 - `batch`: TRL's batch arithmetic at a target world size;
 - `family`: the extra generation of dynamic sampling and the reference model of a KL in the reward (drgrpo/family.py);
 - `reference`: the published runs a recipe reproduces, with their schedule per rollout;
@@ -27,9 +28,10 @@ Modules, each importing only the ones listed before it:
 - `report`: `format_report`, the lines `scripts/plan.py` prints.
 """
 
-from drgrpo.planning.batch import BatchPlan, batch_plan, keep_schedule_fix, per_device_multiple
+from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.findings import Finding
+from drgrpo.planning.fit import keep_schedule_fix
 from drgrpo.planning.launch import (
     BATCH_KEYS,
     DEFAULT_GPUS_PER_NODE,

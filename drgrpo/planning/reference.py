@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from drgrpo.planning.batch import BatchPlan, keep_schedule_fix
+from drgrpo.planning.batch import BatchPlan
 from drgrpo.planning.findings import Finding
+from drgrpo.planning.fit import keep_schedule_fix
 
 # "Paper reproduction: Oat-Zero-1.5B, i.e. ..." in a recipe's leading comment block.
 REPRODUCTION_PATTERN = re.compile(r"paper reproduction:\s*([A-Za-z0-9][\w.\-]*[\w])", re.IGNORECASE)
@@ -71,6 +72,7 @@ def reference_findings(plan: BatchPlan, reference: ReferenceSchedule) -> list[Fi
         reference.completions_per_rollout,
         plan.world_size,
         whose="the paper's",
+        num_generations=reference.num_generations,
     )
     if plan.num_generations != reference.num_generations or plan.num_iterations != reference.num_iterations:
         fix = (
