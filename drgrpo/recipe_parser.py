@@ -24,6 +24,7 @@ from drgrpo.config import DrGRPOConfig, ScriptArguments
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
 from drgrpo.eos import EosArguments
+from drgrpo.family import FamilyArguments
 from drgrpo.errors import RecipeError
 from drgrpo.output_guard import OutputDirArguments
 from rewards import RewardArguments
@@ -32,6 +33,7 @@ USAGE = "python scripts/train.py RECIPE.yaml [--key value ...]   (--help-all: ev
 # (declaring class, group title), in the order --help prints them.
 GROUPS: tuple[tuple[type, str], ...] = (
     (DrGRPOConfig, "Dr.GRPO: the switch and the group advantage"),
+    (FamilyArguments, "GRPO family: baseline, KL in the reward, dynamic sampling"),
     (DataArguments, "data and prompts"),
     (RewardArguments, "rewards"),
     (DiagnosticsArguments, "diagnostics"),
