@@ -24,8 +24,8 @@ from drgrpo.config import DrGRPOConfig, ScriptArguments
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
 from drgrpo.eos import EosArguments
-from drgrpo.family import FamilyArguments
 from drgrpo.errors import RecipeError
+from drgrpo.family import FamilyArguments
 from drgrpo.output_guard import OutputDirArguments
 from rewards import RewardArguments
 
