@@ -73,7 +73,7 @@ def run_bias(settings: BiasSettings) -> dict:
     logger.warning("mechanism (%.0f s): %s", mechanism_seconds, json.dumps(mechanism))
 
     before = None
-    runs, histories = [], {}
+    runs, histories, summary = [], {}, {}
     for seed in settings.seeds:
         for recipe in settings.recipes:
             name = f"{Path(recipe).stem}-seed{seed}"
@@ -90,11 +90,18 @@ def run_bias(settings: BiasSettings) -> dict:
             histories[(algorithm, seed)] = history
             logger.warning("%s: %s", name, json.dumps(runs[-1]))
             del trainer
+            # Written after every run, so that an interrupted `make bias` leaves what it measured so far.
+            summary = write_outputs(out, mechanism, runs, histories, settings, mechanism_seconds, start)
+    return summary
 
+
+def write_outputs(
+    out: Path, mechanism: dict, runs: list, histories: dict, settings: BiasSettings, mechanism_seconds: float, start
+) -> dict:
+    """`summary.json`, `summary.md` and `curves.png` for the runs so far."""
     summary = summary_json(mechanism, runs)
     plot_bias_curves(histories, out / "curves.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    total = time.perf_counter() - start
     counts = mechanism["details"]["completions"]
     notes = [
         f"Mechanism: {settings.mechanism.num_batches} fixed batches of {settings.mechanism.prompts_per_batch} prompts "
@@ -106,6 +113,7 @@ def run_bias(settings: BiasSettings) -> dict:
         f"token, averaged over the first and last {settings.edge_fraction:.0%} of the logged steps that had such "
         "completions.",
     ]
+    total = time.perf_counter() - start
     markdown = summary_markdown(summary, step_norm=settings.mechanism.step_norm, total_seconds=total, notes=notes)
     (out / "summary.md").write_text(markdown)
     return summary

@@ -39,7 +39,7 @@ ALGORITHMS = {"grpo": ("grpo", True), "dr_grpo": ("dr_grpo", False)}  # name -> 
 class MechanismSettings:
     """How many fixed batches, of what shape, and how far each update moves the weights."""
 
-    num_batches: int = 40
+    num_batches: int = 60
     prompts_per_batch: int = 8
     group_size: int = 8
     max_completion_length: int = 32
