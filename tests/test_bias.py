@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 
 import pytest
@@ -108,7 +109,8 @@ def test_make_bias_short_run_writes_its_files(tmp_path):
         PYTHON, "scripts/bias.py", "--output_dir", str(out), "--seeds", "0", "--sft_steps", "20",
         "--mechanism_batches", "2", "--", "--max_steps", "3", "--per_device_train_batch_size", "16",
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as `make bias`
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("curves.png", "summary.md", "summary.json"):
         assert (out / name).is_file(), name
