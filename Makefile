@@ -123,3 +123,18 @@ vllm-serve:
 	@$(PY) -c "import vllm" 2>/dev/null || { echo "vLLM is not installed: make install EXTRAS=dev,vllm (GPU machines only)"; exit 1; }
 	CUDA_VISIBLE_DEVICES=$(VLLM_GPUS) $(VENV)/bin/trl vllm-serve $$($(PY) scripts/plan.py $(VLLM_RECIPE) --vllm_serve_args) \
 		--tensor_parallel_size $(VLLM_TP) --data_parallel_size $$(( $(words $(subst $(comma), ,$(VLLM_GPUS))) / $(VLLM_TP) ))
+
+# What Dr.GRPO fixes, measured (docs/bias.md).
+# `make loss-weights REWARDS="1 0 0 1 0 0 0 1" LENGTHS="12 30 8 25 14 6 28 9"`: each token's weight under TRL's grpo,
+# dapo and dr_grpo losses for one group, and the advantage a question gets with and without std scaling.
+# `make bias [ARGS="--seeds 0 1 2 3"]`: the fixed-batch mechanism experiment, then GRPO vs Dr.GRPO trained from the
+# same warm start on the tail task (recipes/tiny_bias_*.yaml); writes outputs/bias/{curves.png,summary.md,summary.json}.
+.PHONY: loss-weights bias
+LENGTHS ?= 12 30 8 25 14 6 28 9
+loss-weights: install
+	$(PY) scripts/loss_weights.py --rewards $(REWARDS) --lengths $(LENGTHS) $(ARGS)
+
+# One torch thread unless the caller sets OMP_NUM_THREADS: the tiny model gains nothing from a second thread, and two
+# OpenMP threads on two busy cores spend most of their time waiting at barriers (5-10x slower measured).
+bias: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/bias.py $(ARGS)

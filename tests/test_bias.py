@@ -1,0 +1,121 @@
+"""The bias experiment's pure parts: the task's completions, the expected tail length, the summary and its keys."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+
+import pytest
+from conftest import PYTHON, ROOT
+
+from drgrpo.bias.mechanism import expected_tail_length, mean_and_standard_error
+from drgrpo.bias.report import (
+    MECHANISM_KEYS,
+    RUN_KEYS,
+    edge_means,
+    growth_ratio,
+    mechanism_verdicts,
+    run_record,
+    seed_effects,
+    summary_json,
+    summary_markdown,
+)
+from drgrpo.bias.task import carried_flag, flagged_answer, split_completion, tail_demonstrations
+
+
+def test_tail_demonstrations():
+    rows = [{"question": "47+38=", "answer": "85"}] * 400
+    demos = tail_demonstrations(rows, carry_error_rate=0.5, max_tail=5, seed=1)
+    assert flagged_answer(47, 38, True) == "c1 85;" and flagged_answer(47, 38, False) == "c0 75;"
+    kinds = {d["completion"].rstrip(".:") for d in demos}
+    assert kinds == {"c1 85;", "c0 75;"}
+    for demo in demos:
+        answer, tail = split_completion(demo["completion"])
+        assert set(tail) <= ({"."} if carried_flag(answer) else {":"}) and len(tail) <= 5
+    dropped = sum(not carried_flag(d["completion"]) for d in demos) / len(demos)
+    assert 0.4 < dropped < 0.6
+    assert {len(split_completion(d["completion"])[1]) for d in demos} == set(range(6))
+    assert carried_flag("85;..") is None and split_completion("c1 85") == ("c1 85", "")
+    with pytest.raises(ValueError, match="carry_error_rate"):
+        tail_demonstrations(rows, 1.5, 5)
+
+
+def test_expected_tail_length_by_hand():
+    assert expected_tail_length([]) == 0.0
+    assert expected_tail_length([0.5, 0.5]) == pytest.approx(0.5 + 0.25)
+    assert expected_tail_length([1.0, 1.0, 1.0]) == 3.0  # never stops: the whole budget
+    assert expected_tail_length([0.0, 1.0]) == 0.0  # stops at once
+    # Constant continue probability q over a long budget: geometric mean q / (1 - q).
+    assert expected_tail_length([0.8] * 400) == pytest.approx(4.0)
+
+
+def test_mean_and_standard_error_by_hand():
+    mean, se = mean_and_standard_error([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and se == pytest.approx(math.sqrt((2.25 + 0.25 + 0.25 + 2.25) / 3 / 4))
+    assert math.isnan(mean_and_standard_error([1.0])[1])
+
+
+def test_edge_means_and_run_record():
+    assert edge_means(list(range(20)), 0.1) == (0.5, 18.5)
+    assert edge_means([3.0, 5.0], 0.1) == (3.0, 5.0)  # at least one value at each end
+    assert all(math.isnan(v) for v in edge_means([], 0.1))
+    history = [
+        {"step": s, "diag/length_incorrect": 10.0 + s, "diag/length_correct": 8.0, "reward": 0.5} for s in range(1, 11)
+    ]
+    history[4]["diag/length_incorrect"] = None  # a step without wrong answers is skipped, not counted as 0
+    record = run_record(3, "grpo", history, 0.25, 0.5, 12.34)
+    assert set(record) == set(RUN_KEYS)
+    assert record["length_incorrect_start"] == 11.0 and record["length_incorrect_end"] == 20.0
+    assert record["seconds"] == 12.3 and growth_ratio(record) == pytest.approx(20 / 11)
+
+
+def fake_summary():
+    mechanism = {
+        "grpo": {"tail_change_negative": 0.06, "tail_change_negative_se": 0.01, "tail_change_positive": -0.1,
+                 "tail_change_positive_se": 0.01},
+        "dr_grpo": {"tail_change_negative": 0.001, "tail_change_negative_se": 0.002, "tail_change_positive": 0.0,
+                    "tail_change_positive_se": 0.003},
+        "details": {"ignored": True},
+    }  # fmt: skip
+    runs = []
+    for seed in (0, 1):
+        for algorithm, end in (("grpo", 15.0), ("dr_grpo", 10.0)):
+            run = {key: 0.5 for key in RUN_KEYS} | {"seed": seed, "algorithm": algorithm, "extra": 1}
+            runs.append(run | {"length_incorrect_start": 10.0, "length_incorrect_end": end})
+    return mechanism, runs
+
+
+def test_summary_has_exactly_the_issue_keys():
+    mechanism, runs = fake_summary()
+    summary = summary_json(mechanism, runs)
+    assert set(summary) == {"mechanism", "runs"}
+    assert set(summary["mechanism"]) == {"grpo", "dr_grpo"}
+    assert all(set(v) == set(MECHANISM_KEYS) for v in summary["mechanism"].values())
+    assert all(set(run) == set(RUN_KEYS) for run in summary["runs"])
+    json.dumps(summary)
+    assert seed_effects(summary["runs"]) == {0: pytest.approx(0.5), 1: pytest.approx(0.5)}
+    assert all(mechanism_verdicts(summary["mechanism"]).values())
+    markdown = summary_markdown(summary, step_norm=0.05, total_seconds=100)
+    assert "Measured: 2 of 2 seeds" in markdown and "+6.0" in markdown  # z of grpo's negative side
+
+
+@pytest.mark.slow
+def test_make_bias_short_run_writes_its_files(tmp_path):
+    """A short `scripts/bias.py` end to end: checks the files and keys, not the size of the effect."""
+    out = tmp_path / "bias"
+    command = [
+        PYTHON, "scripts/bias.py", "--output_dir", str(out), "--seeds", "0", "--sft_steps", "20",
+        "--mechanism_batches", "2", "--", "--max_steps", "3", "--per_device_train_batch_size", "16",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as `make bias`
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("curves.png", "summary.md", "summary.json"):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"mechanism", "runs"}
+    assert all(set(v) == set(MECHANISM_KEYS) for v in summary["mechanism"].values())
+    assert [(r["seed"], r["algorithm"]) for r in summary["runs"]] == [(0, "grpo"), (0, "dr_grpo")]
+    assert all(set(r) == set(RUN_KEYS) and 0 <= r["accuracy_after_rl"] <= 1 for r in summary["runs"])
