@@ -38,10 +38,14 @@ def replace_tail(buffer: MutableSequence[float], values: Sequence[float]) -> Non
 class DrGRPOTrainer(GRPOTrainer):
     """GRPO / Dr.GRPO trainer configured by a `DrGRPOConfig`.
 
-    The only change to TRL's algorithm is *where the advantage comes from*: one pure, tested function
-    (`group_advantages`) whose std convention (`advantage_std_ddof`, `advantage_epsilon`) the config chooses. With
-    the defaults it reproduces TRL's numbers, a group of one (eval with `num_generations_eval: 1`) included: its
-    advantage is 0, as in TRL. The completions table of `log_completions` shows the advantages actually trained on.
+    With every added key at its default, the only change to TRL's algorithm is *where the advantage comes from*: one
+    pure, tested function (`group_advantages`) whose std convention (`advantage_std_ddof`, `advantage_epsilon`) the
+    config chooses, which reproduces TRL's numbers, a group of one (eval with `num_generations_eval: 1`) included:
+    its advantage is 0, as in TRL. The completions table of `log_completions` shows the advantages actually trained
+    on. The GRPO family's keys act at the same places: the baseline (`advantage_estimator: leave_one_out`), a KL
+    folded into the reward before the advantage (`kl_in_reward_coef`, drgrpo/kl.py), which groups are trained on
+    (`dynamic_sampling`, drgrpo/dynamic_sampling.py), and the paper's reward of 0 for truncated completions
+    (`zero_reward_for_truncated`).
 
     Every step it also logs the `diag/` metrics (pass rate, all-correct / all-wrong group shares, pass@G, lengths of
     correct and incorrect completions, truncation rate, and the pi_theta/pi_old ratio before the first update when
