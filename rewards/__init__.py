@@ -14,7 +14,8 @@ Importing this package is cheap (math-verify loads lazily, worker processes star
 
 from __future__ import annotations
 
-from rewards.extract import extract_answer, normalize_answer, normalize_gold
+from rewards.answer_policy import EXTRACTION_MODES, extract_answer
+from rewards.extract import normalize_answer, normalize_gold
 from rewards.format import boxed_format_score, r1_format_score
 from rewards.grading import Grader, GradeResult, answers_equivalent, get_grader, grade_answer, grade_batch
 from rewards.length import cosine_scaled, overlong_penalty
@@ -31,6 +32,7 @@ accuracy = get_reward_funcs(["accuracy"])[0]
 
 __all__ = [
     "BUILTINS",
+    "EXTRACTION_MODES",
     "GradeResult",
     "Grader",
     "RewardArguments",

@@ -26,6 +26,12 @@ def _verify_answer(*args):
     return verify_answer(*args)
 
 
+def _verify_reading(*args):
+    from rewards.equivalence import verify_reading
+
+    return verify_reading(*args)
+
+
 def _equivalent(*args):
     from rewards.equivalence import equivalent
 
@@ -37,7 +43,12 @@ def _ping(value):
     return value
 
 
-FUNCTIONS = {"verify_answer": _verify_answer, "equivalent": _equivalent, "ping": _ping}
+FUNCTIONS = {
+    "verify_answer": _verify_answer,
+    "verify_reading": _verify_reading,
+    "equivalent": _equivalent,
+    "ping": _ping,
+}
 
 
 def _limit_memory() -> None:

@@ -51,7 +51,8 @@ def test_adversarial_completions_score_without_crash_or_hang(grader):
     assert len(results) == len(ADVERSARIAL)
     by_text = dict(zip(range(len(ADVERSARIAL)), results, strict=True))
     assert by_text[4].verdict is True  # the 1 MB completion still has its answer found
-    assert by_text[9].extracted == "7"  # an unclosed box: the fallback finds the last number
+    # A box cut off before it closes holds no answer, and `{7` is no whole-token number: nothing is guessed.
+    assert by_text[9].status == "no_answer"
     for result in results:
         assert result.verdict in (True, False)
         assert result.status in ("ok", "no_answer", "timeout", "error", "crash")

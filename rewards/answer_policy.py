@@ -1,0 +1,110 @@
+"""The answer-extraction policy (`answer_extraction_mode`): which part of a completion is read as its final answer.
+
+| mode          | reads, in this order                                                                            |
+|---------------|-------------------------------------------------------------------------------------------------|
+| `boxed_only`  | the final `\\boxed{}` (a run of boxes as one list when the gold has several parts); nothing else |
+| `math_verify` | boxes; else the `<answer>` tag; else the number after `####`; else the final-answer region      |
+|               | (from the last "answer" phrase to the end, or the last line with math) read by math-verify's   |
+|               | extraction: "final answer is", "answer:", the last LaTeX span or expression; whole-token numbers |
+| `lenient`     | `math_verify`; and when the region yields nothing, the last LaTeX span anywhere in the          |
+|               | completion's tail (never a bare number outside the region)                                      |
+
+Everything here is linear-time string work in the trainer process; the region is read by math-verify in the
+verifier processes (`rewards.equivalence`), under their deadline.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rewards.extract import (
+    MAX_ANSWER_CHARS,
+    Answer,
+    last_boxed,
+    last_boxed_group,
+    normalize_answer,
+    normalize_region,
+)
+
+EXTRACTION_MODES = ("boxed_only", "math_verify", "lenient")
+DEFAULT_EXTRACTION_MODE = "math_verify"
+# Lenient mode reads LaTeX spans in at most this many final characters of a completion.
+MAX_CONTEXT_CHARS = 4000
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_GSM8K_MARK = "####"
+# A number as a whole token: not glued to letters, digits or a decimal point on either side (`AZYUK2A` has none).
+_WHOLE_NUMBER = re.compile(r"(?<![\w.\\])[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?![\w]|\.\d)")
+_ANSWER_PHRASE = re.compile(r"answer", re.IGNORECASE)
+# A line that can hold a final answer: a digit or a math delimiter.
+_MATH_LINE = re.compile(r"\d|\$|\\\(|\\\[|\\frac|\\sqrt|\\pi|\\infty")
+
+
+def check_extraction_mode(mode: str) -> str:
+    """`mode` if it is one of `EXTRACTION_MODES`, else a ValueError naming the setting and the choices."""
+    if mode not in EXTRACTION_MODES:
+        raise ValueError(
+            f"answer_extraction_mode={mode!r} is not a mode; choose one of {', '.join(EXTRACTION_MODES)} "
+            "(see docs/grading.md)."
+        )
+    return mode
+
+
+def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bool = False) -> Answer | None:
+    """The final answer of a completion under `mode` (see the module table), or None if it has none.
+
+    `multipart`: the gold has several parts (`rewards.extract.top_level_parts`), so the final run of boxes is read as
+    one list (`\\boxed{(2, 2)} and \\boxed{(6, 2)}`) instead of its last box.
+    """
+    check_extraction_mode(mode)
+    if not text:
+        return None
+    boxes = last_boxed_group(text) if multipart else []
+    if len(boxes) > 1:
+        joined = ", ".join(b for b in (normalize_answer(box) for box in boxes) if b)
+        return Answer(joined, "latex") if joined else None
+    boxed = boxes[0] if boxes else last_boxed(text)
+    if boxed is not None:
+        boxed = normalize_answer(boxed)
+        return Answer(boxed, "latex") if boxed else None
+    if mode == "boxed_only":
+        return None
+    tag_start = text.rfind("<answer>")
+    if tag_start >= 0:
+        match = _ANSWER_TAG.match(text, tag_start)
+        if match and len(match.group(1)) <= MAX_ANSWER_CHARS:
+            content = normalize_region(match.group(1))
+            return Answer(content, "text") if content else None
+    mark = text.rfind(_GSM8K_MARK)
+    if mark >= 0:
+        number = _WHOLE_NUMBER.search(text, mark + len(_GSM8K_MARK), mark + 64)
+        if number:
+            return Answer(normalize_answer(number.group()), "number")
+    region = final_answer_region(text)
+    if region is None:
+        return None
+    context = normalize_region(text[-MAX_CONTEXT_CHARS:]) if mode == "lenient" else None
+    return Answer(normalize_region(region), "text", context)
+
+
+def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
+    """Where a completion without a box states its answer: from its last "answer" phrase to the end, when that is at
+    most `max_chars` long; else its last line holding a digit or math (with the display-math block it closes), cut to
+    its last `max_chars` characters. None if no line holds any.
+    """
+    tail = text[-(max_chars + 64) :]
+    phrase = None
+    for phrase in _ANSWER_PHRASE.finditer(tail):  # noqa: B007 - only the last match is wanted
+        pass
+    if phrase is not None and len(tail) - phrase.start() <= max_chars:
+        return tail[phrase.start() :].strip()
+    lines = text[-4 * max_chars :].rstrip().split("\n")
+    for index in range(len(lines) - 1, -1, -1):
+        if not _MATH_LINE.search(lines[index]):
+            continue
+        region = lines[index]
+        opened = index
+        while opened > 0 and (region.count("$$") % 2 == 1 or region.count("\\]") > region.count("\\[")):
+            opened -= 1
+            region = lines[opened] + "\n" + region
+        return region[-max_chars:].strip() or None
+    return None
