@@ -35,6 +35,10 @@ _GSM8K_MARK = "####"
 # A number as a whole token: not glued to letters, digits or a decimal point on either side (`AZYUK2A` has none).
 _WHOLE_NUMBER = re.compile(r"(?<![\w.\\])[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?![\w]|\.\d)")
 _ANSWER_PHRASE = re.compile(r"answer", re.IGNORECASE)
+# A region that states one plain number and nothing else: math-verify reads that number, so it is taken here.
+_PLAIN_STATEMENT = re.compile(
+    r"(?:(?:final )?answer(?: is)?:?\s*)?\$?(?P<number>[-+]?\d+(?:\.\d+)?)\$?\s*\.?", re.IGNORECASE
+)
 # A line that can hold a final answer: a digit or a math delimiter.
 _MATH_LINE = re.compile(r"\d|\$|\\\(|\\\[|\\frac|\\sqrt|\\pi|\\infty")
 
@@ -82,8 +86,12 @@ def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bo
     region = final_answer_region(text)
     if region is None:
         return None
+    region = normalize_region(region)
+    plain = _PLAIN_STATEMENT.fullmatch(region)
+    if plain:  # "answer is 72." or a bare "72": what math-verify reads there, compared without sympy
+        return Answer(normalize_answer(plain.group("number")), "number")
     context = normalize_region(text[-MAX_CONTEXT_CHARS:]) if mode == "lenient" else None
-    return Answer(normalize_region(region), "text", context)
+    return Answer(region, "text", context)
 
 
 def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:

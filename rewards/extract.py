@@ -42,7 +42,7 @@ _ITEM_COMMA = re.compile(r"(?<=\d),(?=\d)")
 _DIGIT_GROUPS = re.compile(
     r"(?<![\d.,])[-+]?\d+(?:,\d+)+(?:\.\d+)?(?![\d,])|(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?![\d.,])"
 )
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\,|\\ |\\!|~)(?=\d{3}(?!\d))")
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\ |\\!|~)(?=\d{3}(?!\d))")
 _FLOAT_STORED_INTEGER = re.compile(r"([-+]?\d+)\.0+")
 _PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\mbox\{\s*\\?%\s*\}|\\?\s*percent)\s*$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree)\s*$")
