@@ -40,7 +40,7 @@ _PLAIN_STATEMENT = re.compile(
     r"(?:(?:final )?answer(?: is)?:?\s*)?\$?(?P<number>[-+]?\d+(?:\.\d+)?)\$?\s*\.?", re.IGNORECASE
 )
 # A line that can hold a final answer: a digit or a math delimiter.
-_MATH_LINE = re.compile(r"\d|\$|\\\(|\\\[|\\frac|\\sqrt|\\pi|\\infty")
+_MATH_LINE = re.compile(r"\d|\$|\\[([\])]|\\frac|\\sqrt|\\pi|\\infty")
 
 
 def check_extraction_mode(mode: str) -> str:
