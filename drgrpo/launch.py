@@ -153,7 +153,7 @@ def vllm_serve_args(recipe: str | Path, overrides: Sequence[str] = ()) -> list[s
     The context is `vllm_max_model_length`, else `max_prompt_tokens + max_completion_length` (the longest sequence the
     trainer can ask for), else vLLM's default (the model's own).
     """
-    from drgrpo.planner import parse_for_planning
+    from drgrpo.planning import parse_for_planning
 
     script_args, args, model_args, _ = parse_for_planning(recipe, overrides)
     if not args.use_vllm or args.vllm_mode != "server":

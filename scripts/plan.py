@@ -14,7 +14,7 @@ import shlex
 import sys
 
 from drgrpo.launch import vllm_serve_args
-from drgrpo.planner import DEFAULT_GPU_MEMORY_GIB, format_report, plan_recipe
+from drgrpo.planning import DEFAULT_GPU_MEMORY_GIB, format_report, plan_recipe
 
 
 def main() -> int:

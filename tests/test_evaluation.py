@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from drgrpo import evaluation as ev
+from drgrpo.evaluation import backends
 
 # --------------------------------------------------------------------------------------------------------------------
 # pass@k
@@ -328,11 +329,11 @@ def test_seeded_sampling_rejects_greedy_and_bad_top_p():
 
 def test_backend_choice_without_vllm_or_gpu(monkeypatch):
     # Pin what the machine has, so that both branches are checked wherever the suite runs.
-    monkeypatch.setattr(ev, "vllm_usable", lambda: False)
+    monkeypatch.setattr(backends, "vllm_usable", lambda: False)
     assert ev.choose_backend("auto") == "transformers"
     with pytest.raises(ValueError, match="backend 'vllm' needs vLLM installed"):
         ev.choose_backend("vllm")
-    monkeypatch.setattr(ev, "vllm_usable", lambda: True)
+    monkeypatch.setattr(backends, "vllm_usable", lambda: True)
     assert ev.choose_backend("auto") == "vllm"
     assert ev.choose_backend("transformers") == "transformers"
 

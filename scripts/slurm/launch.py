@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from drgrpo.launch import slurm_job, train_command, vllm_server_command
-from drgrpo.planner import format_report, plan_recipe
+from drgrpo.planning import format_report, plan_recipe
 
 
 def _tool(name: str) -> str:

@@ -1,0 +1,157 @@
+"""`DataArguments`: the recipe keys that say where the prompts come from and how a question becomes a prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from drgrpo.data.extraction import check_answer_extraction
+from drgrpo.data.filters import FILTER_OPERATORS, parse_filter
+from drgrpo.templates import check_template
+
+MIXTURE_KEYS = (
+    "dataset_name",
+    "dataset_config",
+    "dataset_path",
+    "split",
+    "prompt_column",
+    "answer_column",
+    "answer_extraction",
+    "dataset_filter",
+    "weight",
+)
+
+
+@dataclass
+class DataArguments:
+    """Where the prompts come from and how a question becomes a prompt.
+
+    The data is a hub id (`dataset_name`), a local file/folder (`dataset_path`) or a weighted `dataset_mixture` of
+    several; the question and gold-answer columns are mapped onto the canonical `prompt` and `answer` columns that
+    the trainer and the rewards see. `chat_template_kwargs` is TRL's own `GRPOConfig` field (one key, used both by
+    the trainer and here).
+    """
+
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Hub dataset id, e.g. 'DigitalLearningGmbH/MATH-lighteval'."}
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    dataset_path: str | None = field(
+        default=None, metadata={"help": "Local .jsonl/.json/.parquet/.csv file, or a folder of files of one format."}
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Hub split used for training."})
+    dataset_mixture: list | str | None = field(
+        default=None,
+        metadata={
+            "help": "Several sources instead of dataset_name/dataset_path: a list of mappings with keys "
+            f"{', '.join(MIXTURE_KEYS)}. Unset prompt_column, answer_column, answer_extraction and dataset_filter "
+            "fall back to the top-level keys, split to dataset_train_split. "
+            "'weight' is the source's share of the mixed training set (all sources or none; none: concatenate all "
+            "rows). On the command line: a JSON/YAML string."
+        },
+    )
+    dataset_mixture_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Rows in the weighted mixture. None: the most rows for which no source has to repeat rows. A "
+            "larger size repeats rows of the sources that are too small (and says so)."
+        },
+    )
+    dataset_filter: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keep rows by column conditions, all of which must hold: {column: value} (equal), {column: [v1, "
+            "v2]} (one of), or {column: {op: value}} with op in " + ", ".join(FILTER_OPERATORS) + ". Example (MATH "
+            "levels 3-5): {level: ['Level 3', 'Level 4', 'Level 5']}. Applied to the raw columns before mapping."
+        },
+    )
+    prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the question."})
+    answer_column: str = field(default="answer", metadata={"help": "Dataset column holding the gold answer."})
+    answer_extraction: str = field(
+        default="none",
+        metadata={
+            "help": "How the gold answer is read from answer_column: 'none' (as it is), 'boxed' (the last \\boxed{} "
+            "of a worked solution, e.g. MATH's 'solution'), 'gsm8k' (the text after '####')."
+        },
+    )
+    prompt_template: str = field(
+        default="chat",
+        metadata={
+            "help": "How a question becomes a prompt: 'chat' (the tokenizer's chat template, with system_prompt and "
+            "chat_template_kwargs), 'r1' (R1-Zero template), 'qwen_math' (Qwen-Math template) or 'plain' (the "
+            "question alone). See drgrpo/templates.py."
+        },
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "System message for the 'chat' template (None: no system message)."}
+    )
+    max_prompt_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Drop prompts longer than this many tokens (counted after the template, as the trainer "
+            "tokenizes them) and report how many were dropped. None: keep all."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Keep only the first N training rows after shuffling (before max_prompt_tokens; None: all)."},
+    )
+    dataset_test_split: str | None = field(
+        default=None,
+        metadata={"help": "Held-out hub split of dataset_name for evaluation during training (e.g. 'test')."},
+    )
+    dataset_test_path: str | None = field(
+        default=None,
+        metadata={"help": "Held-out local file/folder for evaluation during training (same columns as training)."},
+    )
+    dataset_test_size: int | None = field(
+        default=None,
+        metadata={"help": "Hold out this many rows of the shuffled training data for evaluation during training."},
+    )
+    check_gold_answers: bool = field(
+        default=True,
+        metadata={
+            "help": "At start-up, count the gold answers that the accuracy reward cannot parse and report three of "
+            "them. Turn off for tasks whose answers are not math."
+        },
+    )
+    drop_unparseable_answers: bool = field(
+        default=False,
+        metadata={"help": "Drop rows whose gold answer cannot be parsed (they can never earn accuracy reward)."},
+    )
+    show_prompts: int = field(
+        default=0,
+        metadata={
+            "help": "Print the first N prompts exactly as the trainer renders them (chat template and "
+            "chat_template_kwargs applied) with their gold answers, then exit without loading the model."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        self.dataset_filter = parse_structured(self.dataset_filter, "dataset_filter")
+        if self.dataset_filter is not None:
+            parse_filter(self.dataset_filter, "dataset_filter")
+        self.dataset_mixture = parse_structured(self.dataset_mixture, "dataset_mixture")
+        check_template(self.prompt_template, self.system_prompt)
+        check_answer_extraction(self.answer_extraction, "answer_extraction")
+        for key in ("max_prompt_tokens", "max_train_samples", "dataset_test_size", "dataset_mixture_size"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(f"{key} must be a positive integer or unset, got {value}.")
+        if self.show_prompts < 0:
+            raise ValueError(f"show_prompts must be >= 0, got {self.show_prompts}.")
+
+
+def parse_structured(value: Any, key: str) -> Any:
+    """A mapping/list recipe value as it is; a command-line string parsed as JSON/YAML (None stays None)."""
+    if value is None or not isinstance(value, str):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{key}: cannot parse {value!r} as JSON/YAML ({error}).") from error

@@ -1,0 +1,196 @@
+"""Sources: one dataset split (hub or local file) with its own column mapping and filter, mapped onto examples."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from datasets import Dataset, load_dataset
+
+from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured
+from drgrpo.data.extraction import check_answer_extraction, extract_answer
+from drgrpo.data.filters import filter_indices, parse_filter
+
+_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """One dataset split with its own column mapping, filter and (in a mixture) weight."""
+
+    name: str | None = None
+    config: str | None = None
+    path: str | None = None
+    split: str = "train"
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    answer_extraction: str = "none"
+    dataset_filter: dict | None = None
+    weight: float | None = None
+
+    @property
+    def label(self) -> str:
+        """A short name for messages: the local path, or `hub_id[config]:split`."""
+        if self.path is not None:
+            return f"dataset_path {self.path}"
+        config = f"[{self.config}]" if self.config else ""
+        return f"{self.name}{config}:{self.split}"
+
+
+def data_sources(args: DataArguments) -> list[DataSource]:
+    """The recipe's training sources: one (`dataset_name` or `dataset_path`) or several (`dataset_mixture`)."""
+    base = DataSource(
+        name=args.dataset_name,
+        config=args.dataset_config,
+        path=args.dataset_path,
+        split=args.dataset_train_split,
+        prompt_column=args.prompt_column,
+        answer_column=args.answer_column,
+        answer_extraction=args.answer_extraction,
+        dataset_filter=args.dataset_filter,
+    )
+    if args.dataset_mixture is None:
+        if args.dataset_name and args.dataset_path:
+            raise ValueError(
+                "The recipe sets both dataset_name and dataset_path; keep one (or list both in dataset_mixture)."
+            )
+        if not args.dataset_name and not args.dataset_path:
+            raise ValueError(
+                "The recipe names no data: set dataset_name (hub id), dataset_path (local file or folder) or "
+                "dataset_mixture."
+            )
+        return [base]
+    if args.dataset_name or args.dataset_path:
+        raise ValueError(
+            "The recipe sets dataset_mixture and also dataset_name/dataset_path; list every source in "
+            "dataset_mixture and remove dataset_name/dataset_path."
+        )
+    entries = args.dataset_mixture
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"dataset_mixture must be a non-empty list of mappings, got {entries!r}.")
+    sources = []
+    for number, entry in enumerate(entries):
+        where = f"dataset_mixture[{number}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be a mapping (e.g. {{dataset_path: ..., weight: 0.5}}), got {entry!r}.")
+        for key in entry:
+            if key not in MIXTURE_KEYS:
+                close = difflib.get_close_matches(str(key), MIXTURE_KEYS, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"{where}: unknown key {key!r}.{hint} Allowed keys: {', '.join(MIXTURE_KEYS)}.")
+        if bool(entry.get("dataset_name")) == bool(entry.get("dataset_path")):
+            raise ValueError(f"{where} must set exactly one of dataset_name (hub id) and dataset_path (local).")
+        weight = entry.get("weight")
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0):
+            raise ValueError(f"{where}: weight must be a positive number, got {weight!r}.")
+        source_filter = parse_structured(entry.get("dataset_filter", base.dataset_filter), f"{where}.dataset_filter")
+        if source_filter is not None:
+            parse_filter(source_filter, f"{where}.dataset_filter")
+        extraction = entry.get("answer_extraction", base.answer_extraction)
+        check_answer_extraction(extraction, f"{where}.answer_extraction")
+        sources.append(
+            DataSource(
+                name=entry.get("dataset_name"),
+                config=entry.get("dataset_config"),
+                path=entry.get("dataset_path"),
+                split=entry.get("split", base.split),
+                prompt_column=entry.get("prompt_column", base.prompt_column),
+                answer_column=entry.get("answer_column", base.answer_column),
+                answer_extraction=extraction,
+                dataset_filter=source_filter,
+                weight=None if weight is None else float(weight),
+            )
+        )
+    weighted = [source.weight is not None for source in sources]
+    if any(weighted) and not all(weighted):
+        raise ValueError(
+            "dataset_mixture: give every source a weight, or none (then all rows of every source are used)."
+        )
+    return sources
+
+
+def load_local(path: str | Path) -> Dataset:
+    """Load a .jsonl/.json/.parquet/.csv file, or every such file in a folder (all of one format)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"dataset_path {str(path)!r} does not exist.")
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _FORMATS)
+        if not files:
+            raise FileNotFoundError(f"dataset_path {str(path)!r}: no {'/'.join(_FORMATS)} file in this folder.")
+    else:
+        files = [path]
+    kinds = {_FORMATS.get(p.suffix) for p in files}
+    if None in kinds:
+        raise ValueError(f"dataset_path {str(path)!r}: unsupported file type; use one of {', '.join(_FORMATS)}.")
+    if len(kinds) != 1:
+        found = sorted({p.suffix for p in files})
+        raise ValueError(f"dataset_path {str(path)!r} mixes file formats {found}; keep files of one format.")
+    return load_dataset(kinds.pop(), data_files=[str(p) for p in files], split="train")
+
+
+def load_source(source: DataSource) -> Dataset:
+    """The raw rows of one source (hub split or local file/folder)."""
+    if source.path is not None:
+        return load_local(source.path)
+    return load_dataset(source.name, source.config, split=source.split)
+
+
+class Example(NamedTuple):
+    """One canonical row before templating; `source` and `row` (0-based, in the raw data) locate it for messages."""
+
+    question: str
+    answer: str
+    source: str
+    row: int
+
+
+def column_values(dataset: Dataset, column: str) -> list:
+    """Every value of one column as Python objects, in one Arrow conversion (indexing row by row is ~1000x slower)."""
+    return dataset.select_columns([column]).to_dict()[column]
+
+
+def check_columns(dataset: Dataset, source: DataSource) -> None:
+    """Raise a `ValueError` naming each mapped or filtered column that the dataset lacks, and the columns it has."""
+    wanted = {"prompt_column": source.prompt_column, "answer_column": source.answer_column}
+    for condition in parse_filter(source.dataset_filter, "dataset_filter") if source.dataset_filter else []:
+        wanted.setdefault(f"dataset_filter ({condition.column})", condition.column)
+    for key, column in wanted.items():
+        if column not in dataset.column_names:
+            raise ValueError(
+                f"{source.label}: column {column!r} (from {key}) is not in the dataset; its columns are "
+                f"{dataset.column_names}. Set {key.split(' ')[0]} in the recipe to one of them."
+            )
+
+
+def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
+    """Filter one source's raw rows and map them onto (question, answer); non-string questions are errors."""
+    check_columns(dataset, source)
+    if len(dataset) == 0:
+        raise ValueError(f"{source.label} has no rows.")
+    keep = list(range(len(dataset)))
+    if source.dataset_filter:
+        conditions = parse_filter(source.dataset_filter, "dataset_filter")
+        columns = {c.column: column_values(dataset, c.column) for c in conditions}
+        keep = filter_indices(columns, conditions, source.label)
+    questions = column_values(dataset, source.prompt_column)
+    answers = column_values(dataset, source.answer_column)
+    examples = []
+    for i in keep:
+        question = questions[i]
+        if not isinstance(question, str):
+            raise ValueError(
+                f"{source.label}: row {i} (0-based) has a {type(question).__name__} in prompt column "
+                f"{source.prompt_column!r}, not a string: {question!r:.200}. Fix that row or point prompt_column at "
+                "a text column."
+            )
+        answer = answers[i]
+        if isinstance(answer, list | dict):
+            raise ValueError(
+                f"{source.label}: row {i} (0-based) has a {type(answer).__name__} in answer column "
+                f"{source.answer_column!r}: {answer!r:.200}. The gold answer must be a string or a number."
+            )
+        examples.append(Example(question, extract_answer(answer, source.answer_extraction), source.label, i))
+    return examples

@@ -1,0 +1,123 @@
+"""Gold answers: each benchmark stores its answer differently; these bring them to one plain answer string."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+
+def gsm8k_final_answer(text: str) -> str | None:
+    """GSM8K's gold: the text after the last `####` of the worked solution, without thousands separators.
+
+    Cobbe et al. (2021), GSM8K: every solution ends with `#### <number>`.
+    """
+    if "####" not in text:
+        return None
+    answer = text.rsplit("####", 1)[1].strip()
+    answer = re.sub(r"(?<=\d),(?=\d{3}\b)", "", answer)
+    return answer or None
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`) in `text`; None if there is none.
+
+    How MATH and Minerva-Math mark the final answer inside a worked solution (Hendrycks et al. 2021; Lewkowycz et
+    al. 2022). The reward library's extractor, so that a gold is read exactly as the verifier reads answers.
+    """
+    from rewards.extract import last_boxed as reward_last_boxed
+
+    content = reward_last_boxed(text)
+    if content is None:
+        return None
+    return content.strip() or None
+
+
+def _strip_dollars(text: str) -> str:
+    text = text.strip()
+    while len(text) >= 2 and text.startswith("$") and text.endswith("$"):
+        text = text[1:-1].strip()
+    return text
+
+
+def list_answer(value: Any) -> str | None:
+    """A list-valued gold (OlympiadBench's `final_answer`, the Dr.GRPO suite's Minerva answers) as one answer string.
+
+    Each element loses surrounding `$...$` and whitespace; several elements (or one element listing several answers
+    as `$69$,$84$`) are joined with ", " so math-verify reads them as one set of answers.
+    """
+    items = value if isinstance(value, (list, tuple)) else [value]
+    parts: list[str] = []
+    for item in items:
+        if item is None:
+            continue
+        text = str(item).strip()
+        # `$69$,$84$`: several math spans in one element are several answers
+        spans = re.findall(r"\$([^$]+)\$", text) if text.count("$") >= 4 else []
+        if spans:
+            parts.extend(span.strip() for span in spans)
+        else:
+            parts.append(_strip_dollars(text))
+    parts = [p for p in parts if p]
+    return ", ".join(parts) if parts else None
+
+
+def number_answer(value: Any) -> str | None:
+    """A gold stored as a number (AMC's `27.0`) as the shortest exact string: `27`, `0.5`, `-3`."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return str(int(value)) if value.is_integer() else repr(value)
+    text = str(value).strip()
+    try:
+        return number_answer(float(text)) if re.fullmatch(r"-?\d+(?:\.\d+)?", text) else (text or None)
+    except ValueError:
+        return text or None
+
+
+def plain_answer(value: Any) -> str | None:
+    """A gold that already is the answer (MATH-500, AIME): its string, trimmed; numbers as in `number_answer`."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return number_answer(value)
+    text = _strip_dollars(str(value))
+    return text or None
+
+
+def auto_answer(value: Any) -> str | None:
+    """Guess the gold's shape for a local file: list, number, GSM8K `#### N`, a solution with `\\boxed{}`, or plain."""
+    if isinstance(value, (list, tuple)):
+        return list_answer(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return number_answer(value)
+    if value is None:
+        return None
+    text = str(value)
+    if "####" in text:
+        return gsm8k_final_answer(text)
+    if re.search(r"\\(?:boxed|fbox)\s*\{", text):
+        return last_boxed(text)
+    return plain_answer(text)
+
+
+ANSWER_FORMATS: dict[str, Callable[[Any], str | None]] = {
+    "auto": auto_answer,
+    "plain": plain_answer,
+    "gsm8k": lambda value: gsm8k_final_answer(str(value)) if value is not None else None,
+    "last_boxed": lambda value: last_boxed(str(value)) if value is not None else None,
+    "list": list_answer,
+    "number": number_answer,
+}
+
+
+def normalize_gold(value: Any, answer_format: str) -> str | None:
+    """The gold answer string for `value` stored in `answer_format`; None when no answer can be read from it."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"Unknown answer_format {answer_format!r}. Choose one of: {', '.join(ANSWER_FORMATS)}.")
+    return ANSWER_FORMATS[answer_format](value)

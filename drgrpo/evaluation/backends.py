@@ -1,0 +1,192 @@
+"""Generation backends: vLLM when it is installed and a GPU is present, else batched transformers `generate`."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from drgrpo.evaluation.sampling import SeededSampling
+
+
+@dataclass(frozen=True)
+class Request:
+    """One sample to generate."""
+
+    problem_index: int
+    sample_index: int
+    prompt_ids: tuple[int, ...]
+    seed: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a backend returns for one request."""
+
+    text: str
+    num_tokens: int
+    truncated: bool
+
+
+def vllm_usable() -> bool:
+    """True when vLLM is installed and a CUDA GPU is visible (vLLM is never imported on a CPU-only machine)."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def choose_backend(name: str) -> str:
+    """Resolve `auto` to `vllm` or `transformers`; refuse `vllm` where it cannot run."""
+    if name == "auto":
+        return "vllm" if vllm_usable() else "transformers"
+    if name == "vllm" and not vllm_usable():
+        raise ValueError(
+            "backend 'vllm' needs vLLM installed (`pip install -e '.[vllm]'`) and a CUDA GPU; "
+            "use backend 'transformers' or 'auto'."
+        )
+    if name not in ("vllm", "transformers"):
+        raise ValueError(f"Unknown backend {name!r}: choose 'auto', 'vllm' or 'transformers'.")
+    return name
+
+
+def _eos_ids(model_generation_config, tokenizer) -> list[int]:
+    ids = model_generation_config.eos_token_id if model_generation_config is not None else None
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    if not ids:
+        raise ValueError("The model and tokenizer name no end-of-sequence token; generation would never stop.")
+    return ids
+
+
+def _checkpoint_generation_config(model_path: str):
+    """The checkpoint's generation_config.json (for its stop tokens), or None when it has none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model_path)
+    except OSError:
+        return None
+
+
+class TransformersBackend:
+    """Batched `model.generate` with left padding: what runs on CPU, and on a GPU without vLLM."""
+
+    def __init__(self, model_path: str, tokenizer, dtype: str = "auto", device: str | None = None):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if dtype == "auto":
+            torch_dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        else:
+            torch_dtype = getattr(torch, dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.eos_ids = _eos_ids(self.model.generation_config, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+
+    def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        width = max(len(r.prompt_ids) for r in requests)
+        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for row, request in enumerate(requests):  # left padding: every prompt ends where generation starts
+            input_ids[row, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
+            attention_mask[row, width - len(request.prompt_ids) :] = 1
+        # A clean config: only the budget and the stop tokens, so a checkpoint's own sampling defaults
+        # (temperature, top_k, repetition_penalty) cannot leak into the evaluation.
+        # transformers fills every field left unset from the checkpoint's generation_config, so the processors that
+        # act even in greedy decoding are set to neutral values explicitly.
+        config = GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            min_new_tokens=0,
+        )
+        processors = LogitsProcessorList()
+        if temperature > 0:
+            processors.append(SeededSampling([r.seed for r in requests], temperature, top_p))
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                generation_config=config,
+                logits_processor=processors,
+            )
+        completions = output[:, width:].tolist()
+        generations = []
+        for ids in completions:
+            stop = next((i for i, token in enumerate(ids) if token in self.eos_ids), None)
+            kept = ids if stop is None else ids[: stop + 1]  # the stop token counts, as in TRL's completion mask
+            generations.append(
+                Generation(
+                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                    num_tokens=len(kept),
+                    truncated=stop is None,
+                )
+            )
+        return generations
+
+
+class VLLMBackend:
+    """vLLM offline generation; each request carries its own seed, so samples do not depend on scheduling."""
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        dtype: str = "auto",
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ):
+        from vllm import LLM
+
+        self.llm = LLM(
+            model=model_path,
+            dtype=dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            seed=seed,
+        )
+        self.tokenizer = tokenizer
+        self.eos_ids = _eos_ids(_checkpoint_generation_config(model_path), tokenizer)
+
+    def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
+        from vllm import SamplingParams
+
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=temperature,
+                top_p=top_p if temperature > 0 else 1.0,
+                max_tokens=max_new_tokens,
+                seed=request.seed if temperature > 0 else None,
+                stop_token_ids=self.eos_ids,
+                skip_special_tokens=True,
+            )
+            for request in requests
+        ]
+        prompts = [{"prompt_token_ids": list(request.prompt_ids)} for request in requests]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        generations = []
+        for output in outputs:
+            completion = output.outputs[0]
+            generations.append(
+                Generation(
+                    text=completion.text,
+                    num_tokens=len(completion.token_ids),
+                    truncated=completion.finish_reason == "length",
+                )
+            )
+        return generations

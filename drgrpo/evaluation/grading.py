@@ -1,0 +1,33 @@
+"""Grading: the reward library's verifier, so that evaluation and training agree."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+CORRECT, INCORRECT, NO_ANSWER, GOLD_UNPARSABLE = "correct", "incorrect", "no_answer", "gold_unparsable"
+GRADING_FAILURES = ("timeout", "error", "crash")  # the verifier gave up on the answer; scored incorrect
+
+
+def grade_completions(completions: Sequence[str], golds: Sequence[str | None]) -> list[tuple[str, str | None]]:
+    """(verdict, extracted answer) of each completion against its gold, with the training verifier.
+
+    `rewards.grade_batch` is what the `accuracy` reward calls: same extraction, same math-verify comparison, same
+    time limits. Verdicts: correct, incorrect, no_answer (nothing extracted), gold_unparsable, or a grading failure
+    (timeout, error, crash), which the reward scores 0 as well.
+    """
+    from rewards import grade_batch
+
+    return [(_verdict_name(r.status, r.verdict), r.extracted) for r in grade_batch(list(completions), list(golds))]
+
+
+def _verdict_name(status: str, verdict: bool | None) -> str:
+    if status == "ok":
+        return CORRECT if verdict else INCORRECT
+    return status  # no_answer, gold_unparsable, timeout, error, crash
+
+
+def answers_equivalent(a: str, b: str) -> bool:
+    """Math-verify equivalence of two extracted answers, as the reward library decides it (for maj@k)."""
+    from rewards import answers_equivalent as reward_answers_equivalent
+
+    return reward_answers_equivalent(a, b)

@@ -1,0 +1,151 @@
+"""Summaries (pure functions of the sample rows), their markdown, and comparison tables across runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from drgrpo.evaluation.benchmarks import BENCHMARK_ORDER, PRESETS
+from drgrpo.evaluation.grading import GOLD_UNPARSABLE, GRADING_FAILURES, NO_ANSWER
+from drgrpo.evaluation.metrics import majority_vote, pass_at_k, pass_at_k_values
+
+SAMPLES_FILE = "samples.jsonl"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+CONFIG_FILE = "eval_config.json"
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize(rows: Sequence[dict], n: int, equivalent: Callable[[str, str], bool]) -> dict:
+    """Benchmark metrics from the sample rows (each with problem_index, correct, extracted, num_tokens, truncated).
+
+    pass@1 is the mean correctness over all samples; pass@k is the mean over problems of `pass_at_k(n, c, k)`;
+    maj@n is the mean over problems of `majority_vote`. A problem whose gold cannot be parsed counts as wrong (the
+    denominator stays the benchmark's size, as in published numbers) and is counted in `unparsable_golds`.
+    """
+    by_problem: dict[int, list[dict]] = {}
+    for row in rows:
+        by_problem.setdefault(row["problem_index"], []).append(row)
+    incomplete = sorted(p for p, samples in by_problem.items() if len(samples) != n)
+    if incomplete:
+        raise ValueError(f"Problems {incomplete[:5]} do not have exactly n={n} samples; the run is incomplete.")
+    if not by_problem:
+        raise ValueError("No samples to summarise.")
+    per_problem = [sorted(samples, key=lambda r: r["sample_index"]) for _, samples in sorted(by_problem.items())]
+    correct_lengths = [r["num_tokens"] for r in rows if r["correct"]]
+    incorrect_lengths = [r["num_tokens"] for r in rows if not r["correct"]]
+    summary = {
+        "num_problems": len(per_problem),
+        "num_samples": len(rows),
+        "pass@1": _mean([float(r["correct"]) for r in rows]),
+    }
+    for k in pass_at_k_values(n):
+        if k > 1:
+            summary[f"pass@{k}"] = _mean([pass_at_k(n, sum(r["correct"] for r in s), k) for s in per_problem])
+    summary[f"maj@{n}"] = _mean(
+        [float(majority_vote([r["extracted"] for r in s], [r["correct"] for r in s], equivalent)) for s in per_problem]
+    )
+    summary.update(
+        {
+            "mean_length_correct": _mean(correct_lengths),
+            "mean_length_incorrect": _mean(incorrect_lengths),
+            "mean_length": _mean([r["num_tokens"] for r in rows]),
+            "truncation_rate": _mean([float(r["truncated"]) for r in rows]),
+            "no_answer_rate": _mean([float(r["verdict"] == NO_ANSWER) for r in rows]),
+            "unparsable_golds": sum(s[0]["verdict"] == GOLD_UNPARSABLE for s in per_problem),
+            "grading_failures": sum(r["verdict"] in GRADING_FAILURES for r in rows),
+        }
+    )
+    return summary
+
+
+def _fmt(value: Any, percent: bool = False) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{100 * value:.1f}" if percent else f"{value:.1f}"
+    return str(value)
+
+
+def summary_markdown(summary: dict) -> str:
+    """A human-readable summary: the run's settings and its metrics (rates in percent)."""
+    metric_keys = [k for k in summary if k.startswith(("pass@", "maj@"))]
+    lines = [
+        f"# {summary['benchmark']}: {summary['model']}",
+        "",
+        f"{summary['num_problems']} problems x n={summary['n']} samples; template `{summary['prompt_template']}`, "
+        f"temperature {summary['temperature']}, top_p {summary['top_p']}, max_new_tokens {summary['max_new_tokens']}, "
+        f"seed {summary['seed']}, backend {summary['backend']}.",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        *[f"| {k} (%) | {_fmt(summary[k], percent=True)} |" for k in metric_keys],
+        f"| mean length, correct (tokens) | {_fmt(summary['mean_length_correct'])} |",
+        f"| mean length, incorrect (tokens) | {_fmt(summary['mean_length_incorrect'])} |",
+        f"| truncated (%) | {_fmt(summary['truncation_rate'], percent=True)} |",
+        f"| no answer found (%) | {_fmt(summary['no_answer_rate'], percent=True)} |",
+        f"| unparsable golds (problems, scored wrong) | {summary['unparsable_golds']} |",
+        f"| grading failures (samples, scored wrong) | {summary['grading_failures']} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _benchmark_sort_key(name: str) -> tuple[int, str]:
+    return (BENCHMARK_ORDER.index(name), name) if name in BENCHMARK_ORDER else (len(BENCHMARK_ORDER), name)
+
+
+def comparison_table(summaries: Sequence[dict], metric: str = "pass@1", references: dict | None = None) -> str:
+    """One markdown table, models as rows and benchmarks as columns (like the Dr.GRPO paper's Table 4), in percent.
+
+    `references` adds rows of published numbers ({row label: {benchmark: percent}}). The average is over the row's
+    benchmarks only when it has all of the table's columns ("–" otherwise, rather than an average of a subset).
+    """
+    cells: dict[str, dict[str, float | None]] = {}
+    for summary in summaries:
+        row = cells.setdefault(summary["model"], {})
+        if summary["benchmark"] in row:
+            raise ValueError(f"Two evaluations of {summary['model']} on {summary['benchmark']}; pass only one.")
+        value = summary.get(metric)
+        row[summary["benchmark"]] = None if value is None else 100 * value
+    for label, values in (references or {}).items():
+        cells[label] = dict(values)
+    benchmarks = sorted({b for row in cells.values() for b in row}, key=_benchmark_sort_key)
+    if not benchmarks:
+        raise ValueError("No evaluation summaries to compare.")
+    titles = [PRESETS[b].title if b in PRESETS else b for b in benchmarks]
+    lines = [
+        f"| model ({metric}, %) | " + " | ".join(titles) + " | Avg. |",
+        "|---|" + "---:|" * (len(benchmarks) + 1),
+    ]
+    for label, row in cells.items():
+        values = [row.get(b) for b in benchmarks]
+        average = sum(values) / len(values) if all(v is not None for v in values) else None
+        lines.append(
+            f"| {label} | "
+            + " | ".join("–" if v is None else f"{v:.1f}" for v in values)
+            + f" | {'–' if average is None else f'{average:.1f}'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def find_summaries(paths: Sequence[str | Path]) -> list[dict]:
+    """Every `summary.json` at or under `paths`, sorted by path."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_file():
+            found.append(path)
+        elif (path / SUMMARY_JSON).is_file():
+            found.append(path / SUMMARY_JSON)
+        elif path.is_dir():
+            found.extend(sorted(path.rglob(SUMMARY_JSON)))
+        else:
+            raise FileNotFoundError(f"{path}: no such evaluation folder or summary.json.")
+    if not found:
+        raise FileNotFoundError(f"No {SUMMARY_JSON} under {', '.join(map(str, paths))}; run `make eval` first.")
+    return [json.loads(p.read_text()) for p in sorted(set(found))]

@@ -1,0 +1,370 @@
+"""The resumable runner: evaluation arguments, benchmark resolution, resume checks, generation and writing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from drgrpo.evaluation.answers import ANSWER_FORMATS
+from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
+from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
+from drgrpo.evaluation.grading import CORRECT, answers_equivalent, grade_completions
+from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
+from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
+from drgrpo.evaluation.sampling import sample_seed
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalArguments:
+    """One evaluation: a model, a benchmark (preset or local file), the prompt, the sampling and the output folder."""
+
+    model_name_or_path: str = field(metadata={"help": "Checkpoint folder or hub id of the model to evaluate."})
+    benchmark: str | None = field(
+        default=None,
+        metadata={"help": f"Preset ({', '.join(PRESETS)}) or a local data file (same as --data)."},
+    )
+    data: str | None = field(
+        default=None,
+        metadata={"help": "Local .jsonl/.json/.parquet/.csv file. With a preset, read it with the preset's columns."},
+    )
+    question_column: str | None = field(
+        default=None, metadata={"help": "Column holding the question (default: the preset's, else 'question')."}
+    )
+    answer_column: str | None = field(
+        default=None, metadata={"help": "Column holding the gold answer (default: the preset's, else 'answer')."}
+    )
+    answer_format: str | None = field(
+        default=None,
+        metadata={"help": f"How the gold is stored: {', '.join(ANSWER_FORMATS)} (default: the preset's, else 'auto')."},
+    )
+    split: str | None = field(default=None, metadata={"help": "Hub split (default: the preset's)."})
+    max_problems: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems (None: all)."})
+    recipe: str | None = field(
+        default=None,
+        metadata={"help": "Training recipe YAML whose prompt_template, system_prompt, chat_template_kwargs to use."},
+    )
+    prompt_template: str | None = field(
+        default=None,
+        metadata={"help": "'chat', 'r1', 'qwen_math' or 'plain' (default: the recipe's, else 'chat')."},
+    )
+    system_prompt: str | None = field(default=None, metadata={"help": "System message for the 'chat' template."})
+    chat_template_kwargs: str | None = field(
+        default=None,
+        metadata={"help": "JSON object passed to the chat template, e.g. '{\"enable_thinking\": false}'."},
+    )
+    n: int = field(default=1, metadata={"help": "Samples per problem."})
+    temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy decoding."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling cut (1.0: off)."})
+    max_new_tokens: int = field(default=3000, metadata={"help": "Generation budget per sample (paper: 3000)."})
+    seed: int = field(default=0, metadata={"help": "Seed; every sample's randomness derives from it."})
+    backend: str = field(
+        default="auto", metadata={"help": "'auto' (vLLM if installed and a GPU is present), 'vllm' or 'transformers'."}
+    )
+    batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Samples per generate call and per write (default: 32 transformers, 1024 vLLM)."},
+    )
+    dtype: str = field(default="auto", metadata={"help": "Model dtype: auto, float32, bfloat16 or float16."})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM: GPUs per model."})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM: share of GPU memory to use."})
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Output folder (default: outputs/eval/<model>/<benchmark>)."}
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": "Delete existing results in output_dir instead of resuming."}
+    )
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar while generating."})
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}.")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}.")
+        if self.answer_format is not None and self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format {self.answer_format!r}: choose one of {', '.join(ANSWER_FORMATS)}.")
+        if self.n > 1 and self.temperature == 0:
+            logger.warning("n=%d with temperature 0: greedy samples are identical, pass@k = pass@1.", self.n)
+
+
+def _sanitize(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/").removeprefix("./")).strip("_") or "model"
+
+
+@dataclass(frozen=True)
+class ResolvedBenchmark:
+    """The benchmark as the run reads it."""
+
+    name: str
+    problems: list[Problem]
+    source: str
+
+
+def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
+    """Load the problems named by `--benchmark` and/or `--data` with the right columns and gold format."""
+    benchmark, data = args.benchmark, args.data
+    preset = None
+    if benchmark and (data is None) and (Path(benchmark).exists() or Path(benchmark).suffix in _DATA_SUFFIXES):
+        data, benchmark = benchmark, None  # `BENCH=path/to/file.jsonl`
+    if benchmark:
+        preset = resolve_preset(benchmark)
+    if preset is None and data is None:
+        raise ValueError("Name a benchmark: --benchmark PRESET (e.g. math500) or --data FILE.")
+    question_column = args.question_column or (preset.question_column if preset else "question")
+    answer_column = args.answer_column or (preset.answer_column if preset else "answer")
+    answer_format = args.answer_format or (preset.answer_format if preset else "auto")
+    if data is not None:
+        path = Path(data)
+        rows = load_rows(data=data)
+        source = str(path)
+        generic = path.stem.lower() in {"test", "train", "validation", "eval", "data", "dataset"}
+        name = preset.name if preset else _sanitize(f"{path.parent.name}_{path.stem}" if generic else path.stem)
+    else:
+        rows = load_rows(
+            dataset_name=preset.dataset_name, dataset_config=preset.dataset_config, split=args.split or preset.split
+        )
+        source = f"{preset.dataset_name} ({preset.dataset_config or 'default'}, {args.split or preset.split})"
+        name = preset.name
+    if args.max_problems is not None:
+        rows = rows[: args.max_problems]
+    problems = problems_from_rows(rows, question_column, answer_column, answer_format, source=source)
+    if not problems:
+        raise ValueError(f"{source} has no rows to evaluate.")
+    return ResolvedBenchmark(name=name, problems=problems, source=source)
+
+
+_DATA_SUFFIXES = {".jsonl", ".json", ".parquet", ".csv"}
+_TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs")
+
+
+def recipe_prompt_settings(recipe: str | Path) -> dict:
+    """The prompt settings (template, system prompt, chat-template kwargs) of a training recipe YAML."""
+    import yaml
+
+    path = Path(recipe)
+    if not path.is_file():
+        raise FileNotFoundError(f"recipe {str(path)!r} not found.")
+    settings = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(settings, dict):
+        raise ValueError(f"recipe {str(path)!r} must be a YAML mapping of key: value.")
+    return {key: settings[key] for key in _TEMPLATE_KEYS if settings.get(key) is not None}
+
+
+def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
+    from drgrpo.templates import check_template
+
+    recipe = recipe_prompt_settings(args.recipe) if args.recipe else {}
+    template = args.prompt_template or recipe.get("prompt_template") or "chat"
+    system_prompt = args.system_prompt if args.system_prompt is not None else recipe.get("system_prompt")
+    check_template(template, system_prompt)
+    kwargs = recipe.get("chat_template_kwargs") or {}
+    if args.chat_template_kwargs:
+        try:
+            kwargs = json.loads(args.chat_template_kwargs)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"chat_template_kwargs must be a JSON object, e.g. '{{\"enable_thinking\": false}}': {error}"
+            ) from error
+        if not isinstance(kwargs, dict):
+            raise ValueError("chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'.")
+    return template, system_prompt, kwargs
+
+
+def read_samples(path: Path) -> list[dict]:
+    """The rows of a samples file; a torn last line (the run was killed mid-write) is cut off the file."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    rows, good_end, start = [], 0, 0
+    while start < len(raw):
+        end = raw.find(b"\n", start)
+        if end == -1:  # no newline: an unfinished write
+            break
+        line = raw[start:end].strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                line_number = raw.count(b"\n", 0, start) + 1
+                raise ValueError(
+                    f"{path}: line {line_number} is not JSON ({error}); delete the file or rerun with --overwrite true."
+                ) from error
+        good_end = start = end + 1
+    if good_end < len(raw):
+        logger.warning("%s: dropping an unfinished last line left by an interrupted run.", path)
+        with open(path, "r+b") as f:
+            f.truncate(good_end)
+    return rows
+
+
+def _check_config(output_dir: Path, config: dict, overwrite: bool) -> None:
+    config_path = output_dir / CONFIG_FILE
+    if overwrite:
+        for name in (SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, CONFIG_FILE):
+            (output_dir / name).unlink(missing_ok=True)
+    elif config_path.exists():
+        previous = json.loads(config_path.read_text())
+        changed = sorted(k for k in set(previous) | set(config) if previous.get(k) != config.get(k))
+        if changed:
+            details = "; ".join(f"{k}: {previous.get(k)!r} -> {config.get(k)!r}" for k in changed)
+            raise ValueError(
+                f"{output_dir} holds an evaluation with other settings ({details}). Use another --output_dir, "
+                "or --overwrite true to start again."
+            )
+    elif (output_dir / SAMPLES_FILE).exists():
+        raise ValueError(f"{output_dir / SAMPLES_FILE} exists without {CONFIG_FILE}; use --overwrite true.")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def run_evaluation(args: EvalArguments) -> dict:
+    """Evaluate, resuming from whatever `output_dir/samples.jsonl` already holds; write and return the summary."""
+    from transformers import AutoTokenizer
+
+    bench = resolve_benchmark(args)
+    template, system_prompt, chat_kwargs = _prompt_settings(args)
+    output_dir = Path(args.output_dir or Path("outputs/eval") / _sanitize(args.model_name_or_path) / bench.name)
+    config = {
+        "model": args.model_name_or_path,
+        "benchmark": bench.name,
+        "source": bench.source,
+        "data_fingerprint": data_fingerprint(bench.problems),
+        "num_problems": len(bench.problems),
+        "prompt_template": template,
+        "system_prompt": system_prompt,
+        "chat_template_kwargs": chat_kwargs,
+        "n": args.n,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+    }
+    _check_config(output_dir, config, args.overwrite)
+    samples_path = output_dir / SAMPLES_FILE
+    done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
+
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    built = build_prompts(tokenizer, [p.question for p in bench.problems], template, system_prompt, chat_kwargs)
+    prompts = {p.index: prompt for p, prompt in zip(bench.problems, built, strict=True)}
+    pending = [
+        Request(p.index, s, tuple(prompts[p.index][1]), sample_seed(args.seed, p.index, s))
+        for p in bench.problems
+        for s in range(args.n)
+        if (p.index, s) not in done
+    ]
+    backend_name = choose_backend(args.backend)
+    total = len(bench.problems) * args.n
+    if done:
+        logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
+    if pending:
+        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path)
+
+    rows = read_samples(samples_path)
+    keys = [(r["problem_index"], r["sample_index"]) for r in rows]
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"{samples_path} has duplicate samples; rerun with --overwrite true.")
+    summary = {**config, "backend": backend_name, **summarize(rows, args.n, answers_equivalent)}
+    (output_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+    (output_dir / SUMMARY_MD).write_text(summary_markdown(summary))
+    summary["output_dir"] = str(output_dir)
+    return summary
+
+
+def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path) -> None:
+    from tqdm.auto import tqdm
+
+    if backend_name == "vllm":
+        backend = VLLMBackend(
+            args.model_name_or_path,
+            tokenizer,
+            dtype=args.dtype,
+            tensor_parallel_size=args.tensor_parallel_size,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            seed=args.seed,
+        )
+        batch_size = args.batch_size or 1024
+    else:
+        backend = TransformersBackend(args.model_name_or_path, tokenizer, dtype=args.dtype)
+        batch_size = args.batch_size or 32
+        # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
+        pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
+    golds = {p.index: p.gold for p in bench.problems}
+    questions = {p.index: p.question for p in bench.problems}
+    with (
+        open(samples_path, "a") as out,
+        tqdm(total=len(pending), desc=f"eval {bench.name}", unit="sample", disable=not args.progress) as bar,
+    ):
+        for start in range(0, len(pending), batch_size):
+            batch = pending[start : start + batch_size]
+            generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
+            grades = grade_completions([g.text for g in generations], [golds[r.problem_index] for r in batch])
+            lines = []
+            for request, generation, (verdict, extracted) in zip(batch, generations, grades, strict=True):
+                row = {
+                    "problem_index": request.problem_index,
+                    "sample_index": request.sample_index,
+                    "question": questions[request.problem_index],
+                    "gold": golds[request.problem_index],
+                    "prompt": prompts[request.problem_index][0],
+                    "completion": generation.text,
+                    "extracted": extracted,
+                    "verdict": verdict,
+                    "correct": verdict == CORRECT,
+                    "num_tokens": generation.num_tokens,
+                    "truncated": generation.truncated,
+                }
+                lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+            out.write("".join(lines))  # one write per batch: a kill leaves at most one torn line
+            out.flush()
+            os.fsync(out.fileno())
+            bar.update(len(batch))
+
+
+def evaluate(
+    model_path: str,
+    data_file: str | None = None,
+    question_column: str | None = None,
+    answer_column: str | None = None,
+    prompt_template: str | None = None,
+    n: int = 1,
+    temperature: float = 0.0,
+    max_new_tokens: int = 3000,
+    output_dir: str | None = None,
+    batch_size: int | None = None,
+    **kwargs: Any,
+) -> dict:
+    """Evaluate `model_path` on a local file (or `benchmark=PRESET`) and return the summary dict.
+
+    The Python entry point used by the demo; keyword arguments are those of `EvalArguments` (top_p, seed,
+    benchmark, answer_format, system_prompt, max_problems, backend, overwrite, progress, ...).
+    """
+    unknown = set(kwargs) - {f.name for f in fields(EvalArguments)}
+    if unknown:
+        raise TypeError(f"evaluate() got unknown arguments {sorted(unknown)}; see drgrpo.evaluation.EvalArguments.")
+    args = EvalArguments(
+        model_name_or_path=str(model_path),
+        data=None if data_file is None else str(data_file),
+        question_column=question_column,
+        answer_column=answer_column,
+        prompt_template=prompt_template,
+        n=n,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        output_dir=None if output_dir is None else str(output_dir),
+        batch_size=batch_size,
+        **kwargs,
+    )
+    return run_evaluation(args)

@@ -1,0 +1,89 @@
+"""Recipe planner: what a recipe does at a given world size, and what would break, before any GPU is involved.
+
+`plan_recipe(path, num_processes=...)` parses the recipe exactly as `scripts/train.py` does and reports, for that
+number of training processes:
+- prompts and completions per optimizer step and per generation round, and optimizer steps per generation round
+  (TRL 1.16's batch arithmetic, `GRPOConfig.__post_init__`, redone for the target world size);
+- whether every generation round and every optimizer step holds whole groups of `num_generations` completions;
+- whether `max_prompt_tokens + max_completion_length` fits the model's context (and vLLM's `max_model_len`);
+- per-GPU memory for the model states under ZeRO-2 and ZeRO-3, from DeepSpeed's own estimators and a parameter
+  count computed from the model's `config.json` (a local folder, or `BUILTIN_MODEL_CONFIGS` for the hub models the
+  recipes name): no weights are downloaded and no GPU is needed;
+- the vLLM and ZeRO-3 settings that must hold together (tensor-parallel size, `ds3_gather_for_generation`, an
+  explicit importance-sampling choice).
+Every problem is a `Finding` with the fix spelled out. Errors make `scripts/plan.py` exit non-zero.
+
+Modules, each importing only the ones listed before it:
+- `findings`: `Finding`, one problem or caution with its key and fix;
+- `batch`: TRL's batch arithmetic at a target world size;
+- `model_size`: parameter counts from config.json fields (`BUILTIN_MODEL_CONFIGS` for the recipes' hub models);
+- `memory`: DeepSpeed's ZeRO model-state estimators;
+- `context`: prompt + completion against the model's context and vLLM's `max_model_len`;
+- `launch`: what the accelerate config / recipe header says; the recipe parsed for any world size;
+- `plan`: `plan_recipe`, every check of one recipe at one world size, as a `PlanReport`;
+- `report`: `format_report`, the lines `scripts/plan.py` prints.
+"""
+
+from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
+from drgrpo.planning.context import context_findings
+from drgrpo.planning.findings import Finding
+from drgrpo.planning.launch import (
+    BATCH_KEYS,
+    DEFAULT_GPUS_PER_NODE,
+    NEUTRAL_BATCH,
+    WORLD_SIZE_PATTERN,
+    ZERO_STAGE_PATTERN,
+    LaunchSetup,
+    parse_for_planning,
+    read_accelerate_config,
+    read_header,
+    recipe_values,
+)
+from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
+from drgrpo.planning.model_size import (
+    BUILTIN_MODEL_CONFIGS,
+    DEFAULT_LORA_TARGETS,
+    LLAMA_LAYOUT_TYPES,
+    ModelSize,
+    count_parameters,
+    load_model_config,
+    lora_parameters,
+    model_size,
+    with_defaults,
+)
+from drgrpo.planning.plan import PlanReport, plan_recipe
+from drgrpo.planning.report import format_report
+
+__all__ = [
+    "BATCH_KEYS",
+    "BUILTIN_MODEL_CONFIGS",
+    "BatchPlan",
+    "DEFAULT_GPUS_PER_NODE",
+    "DEFAULT_GPU_MEMORY_GIB",
+    "DEFAULT_LORA_TARGETS",
+    "Finding",
+    "GIB",
+    "LLAMA_LAYOUT_TYPES",
+    "LaunchSetup",
+    "MemoryEstimate",
+    "ModelSize",
+    "NEUTRAL_BATCH",
+    "PlanReport",
+    "WORLD_SIZE_PATTERN",
+    "ZERO_STAGE_PATTERN",
+    "batch_plan",
+    "context_findings",
+    "count_parameters",
+    "format_report",
+    "load_model_config",
+    "lora_parameters",
+    "model_size",
+    "model_states_memory",
+    "parse_for_planning",
+    "per_device_multiple",
+    "plan_recipe",
+    "read_accelerate_config",
+    "read_header",
+    "recipe_values",
+    "with_defaults",
+]

@@ -1,0 +1,138 @@
+"""Batch arithmetic (pure): TRL 1.16's GRPO batch rules redone for a target world size."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from drgrpo.planning.findings import Finding
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """TRL's batch sizes at one world size. A micro-step is one `training_step` call on every process."""
+
+    world_size: int
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    steps_per_generation: int
+    num_generations: int
+    num_iterations: int
+
+    @property
+    def completions_per_step(self) -> int:
+        """Completions in one optimizer step: per_device x world x gradient_accumulation_steps."""
+        return self.per_device_train_batch_size * self.world_size * self.gradient_accumulation_steps
+
+    @property
+    def completions_per_round(self) -> int:
+        """Completions generated at once (TRL's generation_batch_size): per_device x world x steps_per_generation."""
+        return self.per_device_train_batch_size * self.world_size * self.steps_per_generation
+
+    @property
+    def prompts_per_step(self) -> Fraction:
+        return Fraction(self.completions_per_step, self.num_generations)
+
+    @property
+    def prompts_per_round(self) -> Fraction:
+        return Fraction(self.completions_per_round, self.num_generations)
+
+    @property
+    def optimizer_steps_per_round(self) -> Fraction:
+        """TRL generates every steps_per_generation x num_iterations micro-steps and steps the optimizer every
+        gradient_accumulation_steps micro-steps (`GRPOTrainer._prepare_inputs`)."""
+        return Fraction(self.steps_per_generation * self.num_iterations, self.gradient_accumulation_steps)
+
+
+def batch_plan(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    *,
+    steps_per_generation: int | None = None,
+    generation_batch_size: int | None = None,
+    num_iterations: int = 1,
+) -> tuple[BatchPlan | None, list[Finding]]:
+    """TRL 1.16's `GRPOConfig.__post_init__` batch rules, for `world_size` processes instead of the current one.
+
+    `steps_per_generation` / `generation_batch_size` are the values the recipe itself set (None: unset). Returns the
+    plan (None when TRL would refuse to start) and the batch findings.
+    """
+    findings: list[Finding] = []
+    if num_generations < 2:
+        findings.append(
+            Finding(
+                "error",
+                "num_generations",
+                f"num_generations={num_generations}: a group of one has no baseline and carries no learning signal.",
+                "set num_generations to 8 or more (papers use 8-64).",
+            )
+        )
+        return None, findings
+    local = per_device_train_batch_size * world_size
+    if generation_batch_size is not None and steps_per_generation is not None:
+        findings.append(
+            Finding(
+                "error",
+                "generation_batch_size",
+                "generation_batch_size and steps_per_generation are both set; TRL refuses that.",
+                "keep one of them (steps_per_generation is the world-size independent one).",
+            )
+        )
+        return None, findings
+    if generation_batch_size is not None:
+        if generation_batch_size % local:
+            findings.append(
+                Finding(
+                    "error",
+                    "generation_batch_size",
+                    f"generation_batch_size={generation_batch_size} is not a multiple of per_device_train_batch_size "
+                    f"x world size = {local}; TRL refuses to start.",
+                    f"set generation_batch_size to a multiple of {local}, or set steps_per_generation instead.",
+                )
+            )
+            return None, findings
+        steps = generation_batch_size // local
+    else:
+        steps = steps_per_generation if steps_per_generation is not None else gradient_accumulation_steps
+    plan = BatchPlan(
+        world_size=world_size,
+        per_device_train_batch_size=per_device_train_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        steps_per_generation=steps,
+        num_generations=num_generations,
+        num_iterations=num_iterations,
+    )
+    if plan.completions_per_round % num_generations:
+        multiple = per_device_multiple(num_generations, world_size * steps)
+        findings.append(
+            Finding(
+                "error",
+                "per_device_train_batch_size",
+                f"A generation round holds {plan.completions_per_round} completions (per_device_train_batch_size "
+                f"{per_device_train_batch_size} x {world_size} processes x {steps} steps_per_generation), not a "
+                f"multiple of num_generations={num_generations}: the last group would be cut; TRL refuses to start.",
+                f"set per_device_train_batch_size to a multiple of {multiple}.",
+            )
+        )
+    if plan.completions_per_step % num_generations:
+        multiple = per_device_multiple(num_generations, world_size * gradient_accumulation_steps)
+        findings.append(
+            Finding(
+                "error",
+                "per_device_train_batch_size",
+                f"An optimizer step holds {plan.completions_per_step} completions (per_device_train_batch_size "
+                f"{per_device_train_batch_size} x {world_size} processes x {gradient_accumulation_steps} "
+                f"gradient_accumulation_steps), not a multiple of num_generations={num_generations}: a group's "
+                "completions would be split over two updates, and its zero-sum advantages no longer cancel in each.",
+                f"set per_device_train_batch_size to a multiple of {multiple}.",
+            )
+        )
+    return plan, findings
+
+
+def per_device_multiple(num_generations: int, other_factors: int) -> int:
+    """Smallest k such that k x other_factors is a multiple of num_generations: G / gcd(G, other_factors)."""
+    return num_generations // math.gcd(num_generations, other_factors)

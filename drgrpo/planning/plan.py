@@ -1,0 +1,288 @@
+"""The plan of one recipe at one world size: batch, context, memory and vLLM/ZeRO-3 checks, as one `PlanReport`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
+from drgrpo.planning.context import context_findings
+from drgrpo.planning.findings import Finding
+from drgrpo.planning.launch import (
+    LaunchSetup,
+    _nodes_for,
+    parse_for_planning,
+    read_accelerate_config,
+    read_header,
+    recipe_values,
+)
+from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
+from drgrpo.planning.model_size import LLAMA_LAYOUT_TYPES, ModelSize, load_model_config, lora_parameters, model_size
+
+
+@dataclass
+class PlanReport:
+    recipe: str
+    setup: LaunchSetup
+    batch: BatchPlan | None = None
+    size: ModelSize | None = None
+    trainable_params: int | None = None
+    memory: dict[int, MemoryEstimate] = field(default_factory=dict)
+    vllm_bytes: int = 0
+    gpu_memory_bytes: int = int(DEFAULT_GPU_MEMORY_GIB * GIB)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.level == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def plan_recipe(
+    recipe: str | Path,
+    *,
+    num_processes: int | None = None,
+    accelerate_config: str | Path | None = None,
+    gpu_memory_gib: float = DEFAULT_GPU_MEMORY_GIB,
+    overrides: Sequence[str] = (),
+    num_nodes: int | None = None,
+) -> PlanReport:
+    """Check `recipe` (plus command-line `overrides`) for a run with `num_processes` training processes.
+
+    The world size comes from `num_processes`, else the accelerate config's `num_processes`, else the recipe header's
+    "World size: N" (as `accelerate launch` flags override its config file). The ZeRO stage and offload settings come
+    from the accelerate config, else the header ("ZeRO-3"). `num_nodes` defaults to the config's, else to nodes of
+    8 GPUs. Nothing is downloaded and no GPU is touched.
+    """
+    recipe = str(recipe)
+    header = read_header(recipe)
+    findings: list[Finding] = []
+    if accelerate_config is not None:
+        setup = read_accelerate_config(accelerate_config)
+        world = num_processes or setup.world_size
+        nodes = num_nodes or (setup.num_nodes if world == setup.world_size else _nodes_for(world))
+        setup = replace(setup, world_size=world, num_nodes=nodes, gpus_per_node=max(1, world // nodes))
+    else:
+        world = num_processes or header["world_size"]
+        if world is None:
+            raise ValueError(
+                f"{recipe} states no world size: add '# World size: N GPUs' to its header comment, or pass "
+                "--num_processes N (or --accelerate_config FILE)."
+            )
+        nodes = 1 if header["cpu"] else num_nodes or _nodes_for(world)
+        setup = LaunchSetup(
+            world_size=world,
+            num_nodes=nodes,
+            gpus_per_node=max(1, world // nodes),
+            zero_stage=header["zero_stage"],
+            on_gpu=not header["cpu"],
+        )
+    script_args, args, model_args, batch = parse_for_planning(recipe, overrides)
+    explicit = set(recipe_values(recipe, overrides))
+    report = PlanReport(recipe=recipe, setup=setup, gpu_memory_bytes=int(gpu_memory_gib * GIB), findings=findings)
+
+    report.batch, batch_findings = batch_plan(
+        setup.world_size,
+        batch["per_device_train_batch_size"],
+        batch["gradient_accumulation_steps"],
+        batch["num_generations"],
+        steps_per_generation=batch["steps_per_generation"],
+        generation_batch_size=batch["generation_batch_size"],
+        num_iterations=args.num_iterations,
+    )
+    findings.extend(batch_findings)
+    findings.extend(_world_size_findings(recipe, header["world_size"], report.batch))
+    if args.eval_strategy != "no":
+        eval_generations = batch["num_generations_eval"] or batch["num_generations"]
+        eval_batch = batch["per_device_eval_batch_size"] * setup.world_size
+        if eval_batch % eval_generations:
+            findings.append(
+                Finding(
+                    "error",
+                    "per_device_eval_batch_size",
+                    f"The eval batch ({batch['per_device_eval_batch_size']} x {setup.world_size} processes = "
+                    f"{eval_batch}) "
+                    f"is not a multiple of {eval_generations} generations per prompt; TRL refuses to start.",
+                    "set per_device_eval_batch_size to a multiple of "
+                    f"{per_device_multiple(eval_generations, setup.world_size)}.",
+                )
+            )
+
+    config, source = load_model_config(model_args.model_name_or_path)
+    if config is not None and config.get("model_type") in LLAMA_LAYOUT_TYPES:
+        report.size = model_size(config, source)
+    elif setup.on_gpu:
+        findings.append(
+            Finding(
+                "error",
+                "model_name_or_path",
+                f"Cannot size {model_args.model_name_or_path!r}: "
+                + (
+                    f"model_type {config.get('model_type')!r} is not one the planner counts."
+                    if config is not None
+                    else "no local config.json and not in the planner's built-in table."
+                ),
+                "point model_name_or_path at a local folder holding the model's config.json, or add the model's "
+                "config fields to drgrpo.planning.model_size.BUILTIN_MODEL_CONFIGS.",
+            )
+        )
+    else:
+        findings.append(
+            Finding(
+                "warning",
+                "model_name_or_path",
+                f"{model_args.model_name_or_path!r} has no config.json yet (`make demo` builds it): context unchecked.",
+                "build the model first to check the context as well.",
+            )
+        )
+
+    context = report.size.context_length if report.size else None
+    findings.extend(
+        context_findings(script_args.max_prompt_tokens, args.max_completion_length, context, args.vllm_max_model_length)
+    )
+    findings.extend(_generation_findings(args, setup, explicit))
+
+    if report.size is not None and config is not None:
+        if model_args.use_peft:
+            try:
+                report.trainable_params = lora_parameters(config, model_args.lora_r, model_args.lora_target_modules)
+            except ValueError as error:
+                findings.append(Finding("error", "lora_target_modules", str(error), "fix lora_target_modules."))
+        if setup.on_gpu:
+            for stage in (0, 2, 3) if setup.zero_stage == 0 else (2, 3):
+                report.memory[stage] = model_states_memory(
+                    stage,
+                    report.size,
+                    setup.gpus_per_node,
+                    setup.num_nodes,
+                    adapter_params=report.trainable_params,
+                    offload_optimizer=setup.offload_optimizer and stage == setup.zero_stage,
+                    offload_params=setup.offload_params and stage == setup.zero_stage == 3,
+                )
+            if args.use_vllm and args.vllm_mode == "colocate":
+                report.vllm_bytes = int(args.vllm_gpu_memory_utilization * report.gpu_memory_bytes)
+            findings.extend(_memory_findings(report, args))
+    return report
+
+
+def _world_size_findings(recipe: str, header_world_size: int | None, plan: BatchPlan | None) -> list[Finding]:
+    """A warning when this world size changes the optimizer-step batch the recipe was written for (its header's
+    world size with the file's own batch keys); none when the overrides keep it."""
+    if header_world_size is None or plan is None or header_world_size == plan.world_size:
+        return []
+    from drgrpo.config import DrGRPOConfig
+
+    values = recipe_values(recipe)
+    defaults = {f.name: f.default for f in dataclasses.fields(DrGRPOConfig)}
+    per_device = values.get("per_device_train_batch_size", defaults["per_device_train_batch_size"])
+    accumulation = values.get("gradient_accumulation_steps", defaults["gradient_accumulation_steps"])
+    written = per_device * header_world_size * accumulation
+    if plan.completions_per_step == written:
+        return []
+    return [
+        Finding(
+            "warning",
+            "world size",
+            f"The recipe is written for world size {header_world_size} (its header): {written} completions per "
+            f"optimizer step; at {plan.world_size} processes it takes {plan.completions_per_step}.",
+            f"keep the recipe's batch by scaling gradient_accumulation_steps (or per_device_train_batch_size) by "
+            f"{header_world_size}/{plan.world_size} on the command line.",
+        )
+    ]
+
+
+def _generation_findings(args, setup: LaunchSetup, explicit: set[str]) -> list[Finding]:
+    """vLLM and ZeRO-3 settings that must agree with each other and with the world size."""
+    findings = []
+    zero3 = setup.zero_stage == 3
+    if zero3 and not args.ds3_gather_for_generation:
+        if args.use_vllm:
+            findings.append(
+                Finding(
+                    "error",
+                    "ds3_gather_for_generation",
+                    "ds3_gather_for_generation is off under ZeRO-3 with vLLM: TRL cannot push the sharded weights "
+                    "to vLLM without gathering them.",
+                    "set ds3_gather_for_generation: true.",
+                )
+            )
+        else:
+            findings.append(
+                Finding(
+                    "warning",
+                    "ds3_gather_for_generation",
+                    "ds3_gather_for_generation is off under ZeRO-3: every decoding step all-gathers the weights "
+                    "(hours per step for an 8B model).",
+                    "set ds3_gather_for_generation: true unless the model cannot fit whole on one GPU.",
+                )
+            )
+    if not args.use_vllm:
+        return findings
+    if not setup.on_gpu:
+        findings.append(
+            Finding(
+                "error",
+                "use_vllm",
+                "vLLM generation needs GPUs, and this plan is for CPU processes.",
+                "set use_vllm: false for a CPU run, or plan with a GPU accelerate config.",
+            )
+        )
+    if "vllm_importance_sampling_correction" not in explicit:
+        findings.append(
+            Finding(
+                "error",
+                "vllm_importance_sampling_correction",
+                "With vLLM, TRL multiplies each token's loss by a vLLM-vs-trainer importance-sampling weight unless "
+                "told otherwise; the recipe leaves that choice to TRL's default, which has changed between releases.",
+                "set vllm_importance_sampling_correction: true or false explicitly, with the reason in a comment.",
+            )
+        )
+    if args.vllm_mode == "colocate":
+        if setup.world_size % args.vllm_tensor_parallel_size:
+            findings.append(
+                Finding(
+                    "error",
+                    "vllm_tensor_parallel_size",
+                    f"vllm_tensor_parallel_size {args.vllm_tensor_parallel_size} does not divide the world size "
+                    f"{setup.world_size}; TRL refuses to start colocated vLLM.",
+                    f"set vllm_tensor_parallel_size to a divisor of {setup.world_size}.",
+                )
+            )
+        if not 0 < args.vllm_gpu_memory_utilization < 1:
+            findings.append(
+                Finding(
+                    "error",
+                    "vllm_gpu_memory_utilization",
+                    f"vllm_gpu_memory_utilization {args.vllm_gpu_memory_utilization} leaves nothing for training on "
+                    "the shared GPUs.",
+                    "set it between 0 and 1 (0.3 leaves ~70% of each GPU to ZeRO-3).",
+                )
+            )
+    return findings
+
+
+def _memory_findings(report: PlanReport, args) -> list[Finding]:
+    stage = report.setup.zero_stage
+    if stage not in report.memory:
+        return []
+    states = report.memory[stage].gpu_bytes
+    used = states + report.vllm_bytes
+    if used < report.gpu_memory_bytes:
+        return []
+    vllm = f" + {report.vllm_bytes / GIB:.1f} GiB for colocated vLLM" if report.vllm_bytes else ""
+    return [
+        Finding(
+            "error",
+            "memory",
+            f"{'DDP' if stage == 0 else f'ZeRO-{stage}'} model states need {states / GIB:.1f} GiB per GPU{vllm}, "
+            f"more than the {report.gpu_memory_bytes / GIB:.0f} GiB of one GPU, before any activation.",
+            ("shard the model states with accelerate_configs/zero3.yaml, or " if stage < 3 else "")
+            + "use more GPUs, accelerate_configs/zero3_offload.yaml (optimizer and parameters in CPU memory), LoRA "
+            "(use_peft: true)" + (", or a lower vllm_gpu_memory_utilization." if report.vllm_bytes else "."),
+        )
+    ]

@@ -1,0 +1,63 @@
+"""The plan as the lines `scripts/plan.py` prints."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from drgrpo.planning.memory import GIB
+from drgrpo.planning.plan import PlanReport
+
+
+def _fraction(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else f"{float(value):.3g} ({value})"
+
+
+def format_report(report: PlanReport) -> str:
+    """The plan as the lines `scripts/plan.py` prints."""
+    setup = report.setup
+    where = "CPU" if not setup.on_gpu else f"{setup.num_nodes} node(s) x {setup.gpus_per_node} GPU(s)"
+    stage = {None: "", 0: ", DDP"}.get(setup.zero_stage, f", ZeRO-{setup.zero_stage}")
+    lines = [f"Recipe {report.recipe}: {setup.world_size} training process(es), {where}{stage} ({setup.source})"]
+    batch = report.batch
+    if batch is not None:
+        lines += [
+            "Batch:",
+            f"  per optimizer step:    {_fraction(batch.prompts_per_step)} prompts x {batch.num_generations} = "
+            f"{batch.completions_per_step} completions",
+            f"  per generation round:  {_fraction(batch.prompts_per_round)} prompts x {batch.num_generations} = "
+            f"{batch.completions_per_round} completions",
+            f"  optimizer steps per generation round: {_fraction(batch.optimizer_steps_per_round)} "
+            f"(steps_per_generation {batch.steps_per_generation}, num_iterations {batch.num_iterations}, "
+            f"gradient_accumulation_steps {batch.gradient_accumulation_steps})",
+        ]
+    if report.size is not None:
+        size = report.size
+        lines.append(
+            f"Model: {size.total_params / 1e9:.3f}B parameters (largest module {size.largest_layer_params / 1e6:.1f}M),"
+            " "
+            f"context {size.context_length} [{size.source}]"
+        )
+        if report.trainable_params is not None:
+            lines.append(f"  LoRA: {report.trainable_params / 1e6:.1f}M trainable parameters")
+    if report.memory:
+        lines.append(
+            "Model-state memory per GPU (DeepSpeed estimators; weights, gradients, Adam states; no activations):"
+        )
+        for stage_number, estimate in sorted(report.memory.items()):
+            mark = "  <- this run" if stage_number == setup.zero_stage else ""
+            name = f"ZeRO-{stage_number}" if stage_number else "DDP   "
+            lines.append(
+                f"  {name}: {estimate.gpu_bytes / GIB:6.1f} GiB GPU, {estimate.cpu_bytes / GIB:6.1f} GiB "
+                f"CPU per node{mark}"
+            )
+        if report.vllm_bytes:
+            lines.append(f"  colocated vLLM: {report.vllm_bytes / GIB:.1f} GiB per GPU (vllm_gpu_memory_utilization)")
+        if setup.zero_stage in report.memory:
+            left = report.gpu_memory_bytes - report.memory[setup.zero_stage].gpu_bytes - report.vllm_bytes
+            lines.append(
+                f"  left for activations on a {report.gpu_memory_bytes / GIB:.0f} GiB GPU: {left / GIB:.1f} GiB"
+            )
+    for finding in report.findings:
+        lines.append(str(finding))
+    lines.append("OK" if report.ok else f"{len(report.errors)} error(s)")
+    return "\n".join(lines)
