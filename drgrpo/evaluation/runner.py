@@ -59,6 +59,14 @@ class EvalArguments:
         default=None,
         metadata={"help": "JSON object passed to the chat template, e.g. '{\"enable_thinking\": false}'."},
     )
+    answer_extraction_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Which part of a completion is its final answer: boxed_only, math_verify or lenient "
+            "(docs/grading.md). Default: the recipe's answer_extraction_mode, else math_verify, as in training.",
+            "choices": ["boxed_only", "math_verify", "lenient"],
+        },
+    )
     n: int = field(default=1, metadata={"help": "Samples per problem."})
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy decoding."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling cut (1.0: off)."})
@@ -93,6 +101,10 @@ class EvalArguments:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}.")
         if self.answer_format is not None and self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"answer_format {self.answer_format!r}: choose one of {', '.join(ANSWER_FORMATS)}.")
+        if self.answer_extraction_mode is not None:
+            from rewards.answer_policy import check_extraction_mode
+
+            check_extraction_mode(self.answer_extraction_mode)
         if self.n > 1 and self.temperature == 0:
             logger.warning("n=%d with temperature 0: greedy samples are identical, pass@k = pass@1.", self.n)
 
@@ -147,8 +159,7 @@ _DATA_SUFFIXES = {".jsonl", ".json", ".parquet", ".csv"}
 _TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs")
 
 
-def recipe_prompt_settings(recipe: str | Path) -> dict:
-    """The prompt settings (template, system prompt, chat-template kwargs) of a training recipe YAML."""
+def _recipe_mapping(recipe: str | Path) -> dict:
     import yaml
 
     path = Path(recipe)
@@ -157,7 +168,24 @@ def recipe_prompt_settings(recipe: str | Path) -> dict:
     settings = yaml.safe_load(path.read_text()) or {}
     if not isinstance(settings, dict):
         raise ValueError(f"recipe {str(path)!r} must be a YAML mapping of key: value.")
+    return settings
+
+
+def recipe_prompt_settings(recipe: str | Path) -> dict:
+    """The prompt settings (template, system prompt, chat-template kwargs) of a training recipe YAML."""
+    settings = _recipe_mapping(recipe)
     return {key: settings[key] for key in _TEMPLATE_KEYS if settings.get(key) is not None}
+
+
+def extraction_mode(args: EvalArguments) -> str:
+    """The answer-extraction mode: the argument, else the recipe's (training's reward reads answers this way), else
+    the reward library's default."""
+    from rewards.answer_policy import DEFAULT_EXTRACTION_MODE, check_extraction_mode
+
+    mode = args.answer_extraction_mode
+    if mode is None and args.recipe:
+        mode = _recipe_mapping(args.recipe).get("answer_extraction_mode")
+    return check_extraction_mode(mode or DEFAULT_EXTRACTION_MODE)
 
 
 def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
@@ -233,6 +261,7 @@ def run_evaluation(args: EvalArguments) -> dict:
 
     bench = resolve_benchmark(args)
     template, system_prompt, chat_kwargs = _prompt_settings(args)
+    mode = extraction_mode(args)
     output_dir = Path(args.output_dir or Path("outputs/eval") / _sanitize(args.model_name_or_path) / bench.name)
     config = {
         "model": args.model_name_or_path,
@@ -243,6 +272,7 @@ def run_evaluation(args: EvalArguments) -> dict:
         "prompt_template": template,
         "system_prompt": system_prompt,
         "chat_template_kwargs": chat_kwargs,
+        "answer_extraction_mode": mode,
         "n": args.n,
         "temperature": args.temperature,
         "top_p": args.top_p,
@@ -310,7 +340,9 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
             generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
-            grades = grade_completions([g.text for g in generations], [golds[r.problem_index] for r in batch])
+            grades = grade_completions(
+                [g.text for g in generations], [golds[r.problem_index] for r in batch], extraction_mode(args)
+            )
             lines = []
             for request, generation, (verdict, extracted) in zip(batch, generations, grades, strict=True):
                 row = {
