@@ -6,8 +6,8 @@ Public API:
 - `RewardArguments`: the recipe keys of this library (mixed into the train script's `ScriptArguments`).
 - `accuracy`: the built-in accuracy reward with default settings (TRL signature: `completions`, `answer`, ...).
 - `grade_answer(completion, gold) -> (verdict, extracted)`, `grade_batch`, `answers_equivalent(a, b)`.
-- `extract_answer`, `normalize_gold`, and the formulas `overlong_penalty`, `cosine_scaled`, `r1_format_score`,
-  `boxed_format_score`.
+- `extract_answer(text, mode)` and `EXTRACTION_MODES` (the `answer_extraction_mode` policy), `normalize_gold`, and
+  the formulas `overlong_penalty`, `cosine_scaled`, `r1_format_score`, `boxed_format_score`.
 
 Importing this package is cheap (math-verify loads lazily, worker processes start on first use).
 """
