@@ -23,6 +23,7 @@ from rewards.extract import answer_variants
 math_verify.parser.TIMEOUT_WARNING_SHOWN = True
 math_verify.grader.TIMEOUT_WARNING_SHOWN = True
 logging.getLogger("math_verify").setLevel(logging.ERROR)
+logger = logging.getLogger(__name__)
 
 # A boxed answer is LaTeX; a bare number or free text gets math-verify's usual extraction (LaTeX, then expressions).
 _LATEX = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
@@ -54,12 +55,21 @@ def parse_answer(text: str, kind: str = "latex") -> list:
     """
     if kind == "latex":
         return parse("\\boxed{" + text + "}", list(_LATEX), parsing_timeout=None)
-    return extract_target_from_pred(text, _FREE_TEXT, fallback_mode="no_fallback", extraction_mode="any_match")
+    return _extract(text, _FREE_TEXT)
 
 
 def parse_latex_spans(text: str) -> list:
     """The last LaTeX span of `text` that math-verify parses (lenient mode's wider reading); never a bare number."""
-    return extract_target_from_pred(text, _LATEX_ONLY, fallback_mode="no_fallback", extraction_mode="any_match")
+    return _extract(text, _LATEX_ONLY)
+
+
+def _extract(text: str, patterns: list) -> list:
+    """math-verify's extraction with our patterns; [] when its parsing raises, as its own `parse` does."""
+    try:
+        return extract_target_from_pred(text, patterns, fallback_mode="no_fallback", extraction_mode="any_match")
+    except Exception:  # noqa: BLE001 - an unparsable answer is no answer (the deadline is a BaseException)
+        logger.debug("math-verify could not read %r", text[:200], exc_info=True)
+        return []
 
 
 @lru_cache(maxsize=4096)
@@ -97,14 +107,17 @@ def verify_reading(
     verdict = any(target and any(verify(g, target, timeout_seconds=None) for g in golds if g) for target in targets)
     if kind == "latex":
         return verdict, None
-    return verdict, next((_as_latex(target[0]) for target in targets if target), "")
+    return verdict, next((_as_latex(target[0], answer) for target in targets if target), "")
 
 
-def _as_latex(value) -> str:
-    try:
-        return sympy.latex(value)
-    except Exception:  # noqa: BLE001 - a printing failure must not lose the verdict
-        return str(value)
+def _as_latex(value, fallback: str) -> str:
+    """`value` as LaTeX, else as text, else `fallback`: printing a parsed answer can recurse without end."""
+    for printer in (sympy.latex, str):
+        try:
+            return printer(value)
+        except Exception:  # noqa: BLE001 - a printing failure must not lose the verdict
+            continue
+    return fallback
 
 
 def _readings(answer: str, kind: str) -> list[str]:

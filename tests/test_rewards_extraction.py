@@ -236,3 +236,10 @@ def test_normalize_gold_keeps_every_part(gold, expected):
 )
 def test_final_answer_region(text, expected):
     assert final_answer_region(text) == expected
+
+
+def test_free_text_whose_reading_cannot_be_printed_still_gets_its_verdict():
+    # math-verify parses this span into an expression that sympy cannot print (RecursionError in latex() and str()).
+    completion = "$1+\\sum_{n=1}^{16}\\left(\\begin{array}{c}16 \\\\ n-1\\end{array}\\right) \\cdot \\frac{1}{n}$"
+    (result,) = get_grader(num_workers=2).grade([completion], ["7711"])
+    assert (result.verdict, result.status, result.extracted) == (False, "ok", completion)
