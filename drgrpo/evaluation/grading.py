@@ -24,6 +24,14 @@ def grade_completions(
     return [(_verdict_name(r.status, r.verdict), r.extracted) for r in results]
 
 
+def answer_extraction_mode(mode: str | None, recipe: dict) -> str:
+    """`mode`, else the recipe's `answer_extraction_mode` (the one its accuracy reward trained with), else the reward
+    library's default; a ValueError names an unknown mode."""
+    from rewards.answer_policy import DEFAULT_EXTRACTION_MODE, check_extraction_mode
+
+    return check_extraction_mode(mode or recipe.get("answer_extraction_mode") or DEFAULT_EXTRACTION_MODE)
+
+
 def _verdict_name(status: str, verdict: bool | None) -> str:
     if status == "ok":
         return CORRECT if verdict else INCORRECT

@@ -13,7 +13,7 @@ from typing import Any
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
-from drgrpo.evaluation.grading import CORRECT, answers_equivalent, grade_completions
+from drgrpo.evaluation.grading import CORRECT, answer_extraction_mode, answers_equivalent, grade_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
 from drgrpo.evaluation.sampling import sample_seed
@@ -178,14 +178,8 @@ def recipe_prompt_settings(recipe: str | Path) -> dict:
 
 
 def extraction_mode(args: EvalArguments) -> str:
-    """The answer-extraction mode: the argument, else the recipe's (training's reward reads answers this way), else
-    the reward library's default."""
-    from rewards.answer_policy import DEFAULT_EXTRACTION_MODE, check_extraction_mode
-
-    mode = args.answer_extraction_mode
-    if mode is None and args.recipe:
-        mode = _recipe_mapping(args.recipe).get("answer_extraction_mode")
-    return check_extraction_mode(mode or DEFAULT_EXTRACTION_MODE)
+    """The answer-extraction mode: the argument, else the recipe's, else the reward library's default."""
+    return answer_extraction_mode(args.answer_extraction_mode, _recipe_mapping(args.recipe) if args.recipe else {})
 
 
 def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
@@ -300,7 +294,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     if done:
         logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
     if pending:
-        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path)
+        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, mode)
 
     rows = read_samples(samples_path)
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
@@ -313,7 +307,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     return summary
 
 
-def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path) -> None:
+def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, mode) -> None:
     from tqdm.auto import tqdm
 
     if backend_name == "vllm":
@@ -340,9 +334,7 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
             generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
-            grades = grade_completions(
-                [g.text for g in generations], [golds[r.problem_index] for r in batch], extraction_mode(args)
-            )
+            grades = grade_completions([g.text for g in generations], [golds[r.problem_index] for r in batch], mode)
             lines = []
             for request, generation, (verdict, extracted) in zip(batch, generations, grades, strict=True):
                 row = {
