@@ -39,6 +39,12 @@ _ANSWER_PHRASE = re.compile(r"answer", re.IGNORECASE)
 _PLAIN_STATEMENT = re.compile(
     r"(?:(?:final )?answer(?: is)?:?\s*)?\$?(?P<number>[-+]?\d+(?:\.\d+)?)\$?\s*\.?", re.IGNORECASE
 )
+# Sentence punctuation just inside a closing math delimiter (`$120^\circ.$`, `x = 6.\]`): latex2sympy rejects it.
+_TRAILING_PUNCTUATION = re.compile(r"([.,;:])(\s*)$")
+_PUNCTUATION_BEFORE_CLOSER = re.compile(r"([.,;:])(\s*)(\\[\])])")
+_DOLLARS = re.compile(r"\$\$|\$")
+# A math span holding one bare symbol (`$n$`, `$\theta$`): a name, not an answer, unless it is the only span.
+_BARE_SYMBOL_SPAN = re.compile(r"\$\s*(\\[A-Za-z]+|[A-Za-z])\s*\$")
 # A line that can hold a final answer: a digit or a math delimiter.
 _MATH_LINE = re.compile(r"\d|\$|\\[([\])]|\\frac|\\sqrt|\\pi|\\infty")
 
@@ -76,7 +82,7 @@ def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bo
     if tag_start >= 0:
         match = _ANSWER_TAG.match(text, tag_start)
         if match and len(match.group(1)) <= MAX_ANSWER_CHARS:
-            content = normalize_region(match.group(1))
+            content = tidy_math_spans(normalize_region(match.group(1)))
             return Answer(content, "text") if content else None
     mark = text.rfind(_GSM8K_MARK)
     if mark >= 0:
@@ -86,12 +92,42 @@ def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bo
     region = final_answer_region(text)
     if region is None:
         return None
-    region = normalize_region(region)
+    region = tidy_math_spans(normalize_region(region))
     plain = _PLAIN_STATEMENT.fullmatch(region)
     if plain:  # "answer is 72." or a bare "72": what math-verify reads there, compared without sympy
         return Answer(normalize_answer(plain.group("number")), "number")
-    context = normalize_region(text[-MAX_CONTEXT_CHARS:]) if mode == "lenient" else None
+    context = tidy_math_spans(normalize_region(text[-MAX_CONTEXT_CHARS:])) if mode == "lenient" else None
     return Answer(region, "text", context)
+
+
+def tidy_math_spans(text: str) -> str:
+    """Free text made readable for math-verify's rightmost-span rule, which would otherwise read `$7$ values of $n$`
+    as n and fail on `$120^\\circ.$`: sentence punctuation moves out of closing `$`, `$$`, `\\]`, `\\)`, and a
+    span holding one bare symbol loses its dollars when another span precedes it."""
+    text = _move_punctuation_out(text)
+    spans = list(_BARE_SYMBOL_SPAN.finditer(text))
+    if not spans or text.count("$") <= 2:
+        return text
+    first_dollar = text.find("$")
+    return _BARE_SYMBOL_SPAN.sub(lambda m: m.group(1) if m.start() > first_dollar else m.group(), text)
+
+
+def _move_punctuation_out(text: str) -> str:
+    pieces, inside, last = [], False, 0
+    for match in _DOLLARS.finditer(text):
+        if inside:  # a closing delimiter: trailing punctuation of the span goes after it
+            content = text[last : match.start()]
+            trailing = _TRAILING_PUNCTUATION.search(content)
+            if trailing:
+                content = content[: trailing.start()] + trailing.group(2) + match.group() + trailing.group(1)
+                pieces.append(content)
+            else:
+                pieces.append(content + match.group())
+        else:
+            pieces.append(text[last : match.start()] + match.group())
+        inside, last = not inside, match.end()
+    pieces.append(text[last:])
+    return _PUNCTUATION_BEFORE_CLOSER.sub(r"\2\3\1", "".join(pieces))
 
 
 def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rewards import EXTRACTION_MODES, RewardArguments, get_grader, get_reward_funcs
-from rewards.answer_policy import check_extraction_mode, extract_answer, final_answer_region
+from rewards.answer_policy import check_extraction_mode, extract_answer, final_answer_region, tidy_math_spans
 from rewards.extract import Answer, last_boxed_group, normalize_gold, normalize_region, top_level_parts
 
 B = "\\boxed"
@@ -56,6 +56,9 @@ UNBOXED: list[tuple[str, str]] = [
     ("5", "<think>2+3</think> <answer>The answer is 5.</answer>"),
     ("72", "She sold 48 + 24 = 72 clips.\n#### 72"),
     ("12", "Each box holds 4, so 3 boxes hold 12 apples.\n\nI hope this helps!"),
+    ("7", "Listing the factors, we have $7$ possible values of $n$."),  # the answer, not the variable named after it
+    ("120", "Hence the smallest such $\\theta$ is $120^\\circ.$"),  # a period inside the closing dollar
+    ("\\frac{243}{625}", "We get\n$$\n\\frac{3^5}{5^4} = \\frac{243}{625}.\n$$"),
 ]
 
 # (gold, completion, expected): boxes, several boxes and number formats, the same under every mode.
@@ -243,3 +246,19 @@ def test_free_text_whose_reading_cannot_be_printed_still_gets_its_verdict():
     completion = "$1+\\sum_{n=1}^{16}\\left(\\begin{array}{c}16 \\\\ n-1\\end{array}\\right) \\cdot \\frac{1}{n}$"
     (result,) = get_grader(num_workers=2).grade([completion], ["7711"])
     assert (result.verdict, result.status, result.extracted) == (False, "ok", completion)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("is $120^\\circ.$", "is $120^\\circ$."),
+        ("So $x = 6,$ and \\[y = 2.\\]", "So $x = 6$, and \\[y = 2\\]."),
+        ("$$\n= \\frac{1}{2}.\n$$", "$$\n= \\frac{1}{2}\n$$."),
+        ("we have $7$ values of $n$.", "we have $7$ values of n."),
+        ("$\\theta$ is $30$.", "$\\theta$ is $30$."),  # the first span keeps its dollars
+        ("The answer is $E$.", "The answer is $E$."),  # the only span
+        ("She pays $5 and gets $3.", "She pays $5 and gets $3."),  # currency, not math: untouched
+    ],
+)
+def test_tidy_math_spans(text, expected):
+    assert tidy_math_spans(text) == expected
