@@ -45,6 +45,10 @@ _PUNCTUATION_BEFORE_CLOSER = re.compile(r"([.,;:])(\s*)(\\[\])])")
 _DOLLARS = re.compile(r"\$\$|\$")
 # A math span holding one bare symbol (`$n$`, `$\theta$`): a name, not an answer, unless it is the only span.
 _BARE_SYMBOL_SPAN = re.compile(r"\$\s*(\\[A-Za-z]+|[A-Za-z])\s*\$")
+# The end of an environment whose rows are equations (a derivation's last row holds its result).
+_END_ALIGNED = re.compile(r"\\end\{(?:align|aligned|alignat|eqnarray|gather|gathered|split)\*?\}")
+# An equals sign that separates the steps of a derivation (not <=, >=, !=, \leq, ...).
+_ROW_EQUALS = re.compile(r"(?<![<>!\\])=")
 # A line that can hold a final answer: a digit or a math delimiter.
 _MATH_LINE = re.compile(r"\d|\$|\\[([\])]|\\frac|\\sqrt|\\pi|\\infty")
 
@@ -100,6 +104,16 @@ def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bo
     return Answer(region, "text", context)
 
 
+def aligned_row(line: str) -> str | None:
+    """The last row of an `align`/`eqnarray`/`gather` environment as display math holding the row's final value:
+    `&= 50^\\circ + 40^\\circ \\\\ &= 90^\\circ.` -> `\\[90^\\circ\\]` (its last row, alignment marks dropped, the part
+    after its last `=`, which in a derivation is the value reached)."""
+    row = line.rstrip().removesuffix("\\\\").rstrip(" .,;")
+    row = row.rsplit("\\\\", 1)[-1].replace("&", " ")
+    value = _ROW_EQUALS.split(row)[-1].strip(" .,;")
+    return f"\\[{value}\\]" if value else None
+
+
 def tidy_math_spans(text: str) -> str:
     """Free text made readable for math-verify's rightmost-span rule, which would otherwise read `$7$ values of $n$`
     as n and fail on `$120^\\circ.$`: sentence punctuation moves out of closing `$`, `$$`, `\\]`, `\\)`, and a
@@ -133,7 +147,8 @@ def _move_punctuation_out(text: str) -> str:
 def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
     """Where a completion without a box states its answer: from its last "answer" phrase to the end, when that is at
     most `max_chars` long; else its last line holding a digit or math (with the display-math block it closes), cut to
-    its last `max_chars` characters. None if no line holds any.
+    its last `max_chars` characters; the last row of an `align`-like environment as a display (`aligned_row`). None
+    if no line holds any.
     """
     tail = text[-(max_chars + 64) :]
     phrase = None
@@ -145,6 +160,8 @@ def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | N
     for index in range(len(lines) - 1, -1, -1):
         if not _MATH_LINE.search(lines[index]):
             continue
+        if index + 1 < len(lines) and _END_ALIGNED.match(lines[index + 1].strip()):
+            return aligned_row(lines[index])
         region = lines[index]
         opened = index
         while opened > 0 and (region.count("$$") % 2 == 1 or region.count("\\]") > region.count("\\[")):

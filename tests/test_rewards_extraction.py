@@ -59,6 +59,8 @@ UNBOXED: list[tuple[str, str]] = [
     ("7", "Listing the factors, we have $7$ possible values of $n$."),  # the answer, not the variable named after it
     ("120", "Hence the smallest such $\\theta$ is $120^\\circ.$"),  # a period inside the closing dollar
     ("\\frac{243}{625}", "We get\n$$\n\\frac{3^5}{5^4} = \\frac{243}{625}.\n$$"),
+    # the last row of a derivation
+    ("90", "\\begin{align*}\n\\angle A &= 50^\\circ + 40^\\circ \\\\\n&= 90^\\circ.\n\\end{align*}"),
 ]
 
 # (gold, completion, expected): boxes, several boxes and number formats, the same under every mode.
@@ -234,6 +236,8 @@ def test_normalize_gold_keeps_every_part(gold, expected):
         ("Step 1: 3 + 4 = 7.\nThat is all, folks.", "Step 1: 3 + 4 = 7."),
         ("We get\n$$\nx = 6\n$$", "$$\nx = 6\n$$"),
         ("So\n\\[\nx = 6\n\\]", "\\[\nx = 6\n\\]"),
+        ("\\begin{align*}\n2y &= 14 \\\\\ny &= 7.\n\\end{align*}\nDone.", "\\[7\\]"),
+        ("\\begin{align*}\nx &= 1+2 \\\\ &= 3 \\\\\n\\end{align*}", "\\[3\\]"),
         ("words only", None),
     ],
 )
