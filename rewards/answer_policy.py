@@ -33,7 +33,7 @@ MAX_CONTEXT_CHARS = 4000
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _GSM8K_MARK = "####"
 # A number as a whole token: not glued to letters, digits or a decimal point on either side (`AZYUK2A` has none).
-_WHOLE_NUMBER = re.compile(r"(?<![\w.\\])[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?(?![\w]|\.\d)")
+_WHOLE_NUMBER = re.compile(r"(?<![\w.\\])[-+]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:/\d+)?(?![\w]|\.\d)")
 _ANSWER_PHRASE = re.compile(r"answer", re.IGNORECASE)
 # A region that states one plain number and nothing else: math-verify reads that number, so it is taken here.
 _PLAIN_STATEMENT = re.compile(

@@ -28,7 +28,6 @@ _BOX_CONNECTOR = re.compile(
 _PART_TOKEN = re.compile(r"\\[{}]|\\text\{\s*and\s*\}|\s+and\s+|\\.|[^\\]", re.DOTALL)
 _AND = re.compile(r"\\text\{\s*and\s*\}|\s+and\s+")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (`\{`) is not a group brace
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _GSM8K_MARK = "####"
 _PLAIN_INTEGER = re.compile(r"[-+]?\d+")
 _PLAIN_DECIMAL = re.compile(r"[-+]?\d+\.\d+|[-+]?\d+\.?")
