@@ -35,10 +35,31 @@ _EXPRESSIONS = ExprExtractionConfig()
 _WHOLE_TOKEN_END = r"(?=\s|$|\$|[.,;:!?](?!\d))"
 
 
+# A LaTeX math span. A plain-text number inside one that math-verify could not parse as LaTeX is a fragment of that
+# expression (`\begin{pmatrix} 1 \\ 2 \end{pmatrix}` is not 2), so expression patterns skip spans.
+_MATH_SPAN = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\[.*?\\\]|\\\(.*?\\\)", re.DOTALL)
+
+
+class _OutsideMathSpans:
+    """An expression pattern whose matches overlapping a LaTeX math span are dropped (duck-types the `finditer` that
+    math-verify's `extract_target_from_pred` calls)."""
+
+    def __init__(self, pattern: re.Pattern) -> None:
+        self.pattern = pattern
+
+    def finditer(self, text: str):
+        spans = [(m.start(), m.end()) for m in _MATH_SPAN.finditer(text)]
+        for match in self.pattern.finditer(text):
+            if not any(start < match.end() and match.start() < end for start, end in spans):
+                yield match
+
+
 def _free_text_patterns() -> list:
-    """math-verify's extraction patterns for free text, with its expression patterns made whole-token."""
+    """math-verify's extraction patterns for free text, its expression patterns made whole-token and kept outside
+    LaTeX math spans (those are read as LaTeX)."""
     expressions = [
-        (re.compile(p.pattern + _WHOLE_TOKEN_END, p.flags), priority) for p, priority in lazy_expr_regex(_EXPRESSIONS)
+        (_OutsideMathSpans(re.compile(p.pattern + _WHOLE_TOKEN_END, p.flags)), priority)
+        for p, priority in lazy_expr_regex(_EXPRESSIONS)
     ]
     return [(lazy_latex_regex(_LATEX_SPANS), _LATEX_SPANS), (expressions, _EXPRESSIONS)]
 

@@ -37,6 +37,8 @@ _THOUSANDS = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?|[-+]?[1-9]\d{0,
 # A comma between digits that is not a thousands separator separates items (`0,111` is 0 and 111): spelled out with a
 # space so that no parser reads it as a decimal comma.
 _ITEM_COMMA = re.compile(r"(?<=\d),(?=\d)")
+# A bold number written digit by digit (`\mathbf{3 9 2}`, OlympiadBench's style) is one number.
+_SPACED_BOLD_DIGITS = re.compile(r"\\mathbf\{\s*(\d(?:\s\d)+)\s*\}")
 # Digits joined by commas or single spaces: a thousands-separated number or a list of items (see `normalize_region`).
 _DIGIT_GROUPS = re.compile(
     r"(?<![\d.,])[-+]?\d+(?:,\d+)+(?:\.\d+)?(?![\d,])|(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?![\d.,])"
@@ -237,11 +239,13 @@ def normalize_answer(text: str) -> str:
 def normalize_region(text: str) -> str:
     """Normalise free text (a final-answer line, an `<answer>` tag) before math-verify reads it.
 
-    Thousands separators become plain digits where they are separators (`1,000`, `1 000`, `10{,}000`, `10\\,000`),
+    `\\mathbf{3 9 2}` becomes `392`. Thousands separators become plain digits where they are separators
+    (`1,000`, `1 000`, `10{,}000`, `10\\,000`),
     except right inside brackets (`[1,100]` is an interval); every other comma between digits becomes an item
     separator (`0,111` -> `0, 111`), so that no decimal comma is guessed.
     """
     text = _LATEX_THOUSANDS.sub("", text.strip())
+    text = _SPACED_BOLD_DIGITS.sub(lambda m: re.sub(r"\s+", "", m.group(1)), text)
     return _DIGIT_GROUPS.sub(_digit_group, text)
 
 

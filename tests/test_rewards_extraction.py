@@ -266,3 +266,10 @@ def test_free_text_whose_reading_cannot_be_printed_still_gets_its_verdict():
 )
 def test_tidy_math_spans(text, expected):
     assert tidy_math_spans(text) == expected
+
+
+def test_numbers_inside_latex_that_does_not_parse_are_not_read_as_plain_text():
+    # `\bold` is no LaTeX math-verify knows: the span does not parse, and its 2 is a fragment of a matrix.
+    completion = "Equality occurs for $\\bold{v} = \\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix} \\oops{$"
+    (result,) = get_grader(num_workers=2).grade([completion], ["2"])
+    assert result.verdict is False
