@@ -99,7 +99,7 @@ class Grader:
         """Grade each completion (text or conversational) against the gold at the same position."""
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers: they must align.")
-        gold_texts = [normalize_gold(g) for g in golds]
+        gold_texts = _normalize_golds(golds)
         multipart = {g: len(top_level_parts(g)) > 1 for g in set(gold_texts) if g is not None}
         answers = [
             extract_answer(completion_text(c), self.extraction_mode, multipart.get(g, False))
@@ -238,6 +238,21 @@ class Grader:
             return TIMEOUT, None
         except Exception as exc:  # noqa: BLE001 - a verifier error is a failed completion, not a crashed step
             return ERROR, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _normalize_golds(golds: Sequence[Any]) -> list[str | None]:
+    """`normalize_gold` of each gold, once per distinct gold (the G completions of a group share theirs)."""
+    cache: dict[tuple, str | None] = {}
+    texts = []
+    for gold in golds:
+        try:
+            key = (type(gold), gold)  # the type too: 1, 1.0 and True are equal keys but different golds
+            if key not in cache:
+                cache[key] = normalize_gold(gold)
+            texts.append(cache[key])
+        except TypeError:  # an unhashable gold (a list)
+            texts.append(normalize_gold(gold))
+    return texts
 
 
 _GRADERS: dict[tuple, Grader] = {}
