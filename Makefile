@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -23,9 +23,19 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	# deepspeed builds against the torch installed above, not a fresh one in an isolated build env.
-	$(PY) -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"
+	# The torch build installed above stays: the extras resolve against it (vLLM pins one exact torch release) or pip
+	# stops at once, naming the torch they need. deepspeed builds against it, not a fresh one in an isolated build env.
+	$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/torch-constraint.txt
+	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
+
+# Would a GPU install resolve to a supported stack? pip's resolver in dry-run (nothing installed; metadata only, a
+# minute or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, and the requirements of vLLM,
+# torch, transformers and TRL on each other. `make check-install TORCH="torch==2.13.0 --index-url ..."`
+# [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"] (extra pins). docs/install.md has the GPU install lines.
+CHECK_EXTRAS ?= dev,vllm
+check-install: install
+	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
 
 demo: install
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py
@@ -59,7 +69,8 @@ compare: install
 	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py $(if $(ARGS),-- $(ARGS))
 
 # Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
-# SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed.
+# SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed. Code rewards read
+# the tests column: `SCORE_REWARDS="code code_format" ARGS="--answer_column verification_info"`.
 SCORE_INPUT ?=
 SCORE_REWARDS ?= accuracy
 score: install
@@ -69,6 +80,8 @@ score: install
 # math500 minerva olympiadbench gsm8k), a local file, several of them in quotes, or `paper` (the Dr.GRPO paper's Table 4
 # suite: aime24 amc math500 minerva olympiadbench). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
 # (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/<model>/<benchmark>/.
+# Code benchmarks (pass@k of programs run in the code reward's sandbox): BENCH=apps, or a local file with
+# ARGS="--answer_column verification_info --answer_format code_tests" (EVAL_RECIPE's code_* keys set the limits).
 PAPER_SUITE := aime24 amc math500 minerva olympiadbench
 MODEL ?= outputs/demo/model
 BENCH ?= math500
@@ -90,9 +103,10 @@ EVALS ?= outputs/eval
 eval-compare: install
 	$(PY) scripts/compare_evals.py $(EVALS) $(ARGS)
 
-# Check a recipe before spending GPU hours (no GPU, no weights): batch per step and per generation round, context,
-# per-GPU memory, vLLM/ZeRO-3 settings. `make plan RECIPE=recipes/qwen3_8b_drgrpo.yaml [NUM_PROCESSES=16]
-# [ACCELERATE_CONFIG=accelerate_configs/zero3.yaml] [ARGS="--gradient_accumulation_steps 4"]` (ARGS: recipe overrides).
+# Check a recipe before spending GPU hours (no GPU, no weights): batch per step and per rollout, optimizer steps per
+# rollout, context, per-GPU memory, vLLM/ZeRO-3 settings. `make plan RECIPE=recipes/qwen3_8b_drgrpo.yaml
+# [NUM_PROCESSES=16] [ACCELERATE_CONFIG=accelerate_configs/zero3.yaml] [ARGS="--per_device_train_batch_size 8"]`
+# (ARGS: recipe overrides).
 NUM_PROCESSES ?=
 plan: install
 	$(PY) scripts/plan.py $(RECIPE) $(if $(NUM_PROCESSES),--num_processes $(NUM_PROCESSES)) \

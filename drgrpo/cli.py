@@ -1,67 +1,140 @@
-"""Parsing a recipe: a YAML file plus command-line overrides, into (script, trainer, model) arguments."""
+"""Parsing a recipe: a YAML file plus command-line overrides, into (script, trainer, model) arguments.
+
+The checks that need no library run first (`drgrpo.recipe_file`: the file exists, is YAML, is a mapping), so a
+typo in the recipe path is reported at once; torch/TRL are imported only after them. Every mistake is raised as a
+`RecipeError` naming the key, value and file with the fix (`drgrpo.errors`), including TRL's and transformers'
+own config checks (`drgrpo.config_errors`).
+"""
 
 from __future__ import annotations
 
 import difflib
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from trl import ModelConfig, TrlParser
+from drgrpo.errors import RecipeError
+from drgrpo.recipe_file import command_line_values, read_recipe, recipe_argv, recipe_path
 
-from drgrpo.config import DrGRPOConfig, ScriptArguments
+if TYPE_CHECKING:
+    from trl import ModelConfig
+
+    from drgrpo.config import DrGRPOConfig, ScriptArguments
+    from drgrpo.recipe_parser import RecipeParser
+
+__all__ = ["PREFLIGHT_BATCH", "check_keys", "explain_recipe", "make_parser", "parse_recipe", "recipe_argv"]
+
+HELP_ALL = "--help-all"
+# Checks that only inspect a recipe (--show_prompts) run on a CPU login node for any target world size: TRL checks
+# the batch keys against the *current* world size (one CPU process), so they are parsed with stand-ins that pass at
+# any world size (`scripts/plan.py` checks the recipe's own values for the target), and `use_cpu` so that
+# `bf16: true` is not refused for want of a GPU. Nothing is trained with these values.
+PREFLIGHT_BATCH = {
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 1,
+    "num_generations": 2,
+    "num_generations_eval": 2,
+    "per_device_eval_batch_size": 2,
+}
 
 
-def make_parser() -> TrlParser:
-    return TrlParser((ScriptArguments, DrGRPOConfig, ModelConfig))
+def make_parser(*, help_all: bool = False) -> RecipeParser:
+    from drgrpo.recipe_parser import make_parser as make_recipe_parser
+
+    return make_recipe_parser(help_all=help_all)
 
 
-def _known_keys(parser: TrlParser) -> set[str]:
-    return {action.dest for action in parser._actions}
+def _known_keys(parser: RecipeParser) -> set[str]:
+    return {action.dest for action in parser._actions} | {"env", "help_all"}
 
 
-def _unknown_key_error(key: str, known: set[str], where: str) -> ValueError:
+def _unknown_key_error(key: str, known: set[str], where: str) -> RecipeError:
     close = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    return ValueError(f"Unknown key {key!r} in {where}.{hint} Run `python scripts/train.py --help` for all keys.")
+    return RecipeError(f"Unknown key {key!r} in {where}.{hint} Run `python scripts/train.py --help` for all keys.")
 
 
-def recipe_argv(argv: Sequence[str]) -> list[str]:
-    """Accept the recipe path as the first positional argument (`train.py RECIPE.yaml --key value`)."""
-    argv = list(argv)
-    if argv and argv[0].endswith((".yaml", ".yml")) and "--config" not in argv:
-        argv = ["--config", argv[0], *argv[1:]]
-    return argv
+def check_keys(parser: RecipeParser, argv: Sequence[str], recipe: dict[str, Any] | None = None) -> None:
+    """Raise a `RecipeError` naming any recipe or command-line key that no dataclass knows, with the closest match."""
+    known = _known_keys(parser)
+    path = recipe_path(argv)
+    if recipe is None:
+        recipe = read_recipe(path) if path else {}
+    for key in recipe:
+        if key not in known:
+            raise _unknown_key_error(key, known, f"recipe {path}")
+    for key in command_line_values(argv):
+        if key not in ("config", "help", "h") and key not in known:
+            raise _unknown_key_error(key, known, "the command line")
 
 
-def check_keys(parser: TrlParser, argv: Sequence[str]) -> None:
-    """Raise a `ValueError` naming any recipe or command-line key that no dataclass knows, with the closest match."""
-    known = _known_keys(parser) | {"env"}
-    argv = list(argv)
-    if "--config" in argv:
-        path = argv[argv.index("--config") + 1]
-        with open(path) as f:
-            recipe = yaml.safe_load(f) or {}
-        if not isinstance(recipe, dict):
-            raise ValueError(f"Recipe {path} must be a YAML mapping of key: value.")
-        for key in recipe:
-            if key not in known:
-                raise _unknown_key_error(key, known, f"recipe {path}")
-    for token in argv:
-        if token.startswith("--"):
-            key = token[2:].split("=", 1)[0]
-            if key != "config" and key.replace("-", "_") not in known and key not in known:
-                raise _unknown_key_error(key, known, "the command line")
+def preflight_overrides(values: dict[str, Any]) -> list[str]:
+    """Command-line overrides that let a recipe be parsed for inspection on any machine (see `PREFLIGHT_BATCH`)."""
+    overrides = ["--use_cpu", "true"]
+    overrides += [token for key, value in PREFLIGHT_BATCH.items() for token in (f"--{key}", str(value))]
+    if values.get("generation_batch_size") is not None:
+        overrides += ["--generation_batch_size", "2"]
+    elif values.get("steps_per_generation") is not None:
+        overrides += ["--steps_per_generation", "1"]
+    return overrides
 
 
-def parse_recipe(argv: Sequence[str]) -> tuple[ScriptArguments, DrGRPOConfig, ModelConfig]:
-    """Parse `RECIPE.yaml [--key value ...]` (or `--config RECIPE.yaml ...`) into the three argument objects."""
-    parser = make_parser()
+def _print_help_and_exit(argv: Sequence[str]) -> None:
+    make_parser(help_all=HELP_ALL in argv).print_help()
+    sys.exit(0)
+
+
+def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[ScriptArguments, DrGRPOConfig, ModelConfig]:
+    """Parse `RECIPE.yaml [--key value ...]` (or `--config RECIPE.yaml ...`) into the three argument objects.
+
+    `preflight`: the recipe is only inspected (`--show_prompts`), not trained: parse it on any machine, without a
+    GPU, for any target world size (`preflight_overrides`).
+    """
     argv = recipe_argv(argv)
-    check_keys(parser, argv)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    if training_args.run_name is None and "--config" in argv:
+    path = recipe_path(argv)
+    recipe = read_recipe(path) if path else {}  # before the heavy imports: a wrong path fails at once
+    if {"-h", "--help", HELP_ALL} & set(argv):
+        _print_help_and_exit(argv)
+    # The command line's values as single strings (lists for several, True for a bare flag), over the recipe's.
+    overrides = {key: raw[0] if len(raw) == 1 else (raw or True) for key, raw in command_line_values(argv).items()}
+    overrides.pop("config", None)
+    values = {**recipe, **overrides}
+
+    from drgrpo.config_errors import translate_config_error
+    from drgrpo.recipe_parser import check_values
+
+    parser = make_parser()
+    check_keys(parser, argv, recipe)
+    check_values(parser, recipe, f"recipe {path}")
+    check_values(parser, {key: raw for key, raw in overrides.items() if raw is not True}, "command line")
+    if preflight:
+        argv = [*argv, *preflight_overrides(values)]
+    try:
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    except RecipeError:
+        raise
+    except ValueError as error:
+        where = f"recipe {path}" if path else "command line"
+        defaults = {action.dest: action.default for action in parser._actions}
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        raise translate_config_error(error, values, defaults, world_size, where) from error
+    if training_args.run_name is None and path is not None:
         # Name the run after its recipe (recipes/qwen3_8b_drgrpo.yaml -> qwen3-8b-drgrpo) so that dashboards group
         # runs of one recipe, unless the recipe or command line names it.
-        training_args.run_name = Path(argv[argv.index("--config") + 1]).stem.replace("_", "-")
+        training_args.run_name = Path(path).stem.replace("_", "-")
     return script_args, training_args, model_args
+
+
+def explain_recipe(argv: Sequence[str]) -> str:
+    """The GRPO family card of `RECIPE.yaml [--key value ...] --explain`, built from the config alone (no model).
+
+    Parsed with `use_cpu` set, because the card does not depend on the device and a GPU recipe's `bf16: true` would
+    otherwise be refused on a machine without a GPU.
+    """
+    from drgrpo.family import family_card
+
+    argv = [token for token in argv if token != "--explain"]
+    _, training_args, _ = parse_recipe([*argv, "--use_cpu", "true"])
+    return f"{training_args.algorithm_summary}\n{family_card(training_args)}"

@@ -157,7 +157,9 @@ def run_comparison(settings: CompareSettings) -> dict:
         overrides = [
             "--model_name_or_path", str(model), "--dataset_path", str(train_file),
             "--output_dir", str(out / name), "--seed", str(settings.seed), "--logging_steps", "1",
-            "--save_strategy", "no", "--report_to", "none", *settings.overrides,
+            "--save_strategy", "no", "--report_to", "none",
+            "--overwrite_output_dir", "true",  # each comparison retrains both runs from the same start
+            *settings.overrides,
         ]  # fmt: skip
         script_args, training_args, model_args = parse_recipe([recipe, *overrides])
         label = "Dr.GRPO" if training_args.dr_grpo else "GRPO"

@@ -6,7 +6,7 @@ settings (`scale_rewards`, `loss_type`, `beta`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from transformers.utils import is_torch_bf16_gpu_available
@@ -14,6 +14,9 @@ from trl import GRPOConfig
 
 from drgrpo.data import DataArguments
 from drgrpo.diagnostics import DiagnosticsArguments
+from drgrpo.eos import EosArguments
+from drgrpo.family import FamilyArguments
+from drgrpo.output_guard import OutputDirArguments
 from rewards import RewardArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -25,7 +28,7 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 
 @dataclass
-class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
+class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, GRPOConfig):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
     `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
@@ -41,14 +44,17 @@ class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
     (GRPO): TRL's (1, 1e-4, the defaults), verl's (1, 1e-6) or the population std of the reference table (0, 1e-8).
 
     The diagnostics settings (`correctness_reward`, the warning thresholds and their off switch) are documented in
-    `drgrpo.diagnostics.DiagnosticsArguments`.
+    `drgrpo.diagnostics.DiagnosticsArguments`; `extra_eos_tokens` in `drgrpo.eos.EosArguments`; the GRPO-family keys
+    (`advantage_estimator`, `kl_in_reward_coef`, `kl_estimator`, `dynamic_sampling`) in `drgrpo.family.FamilyArguments`.
+    `dr_grpo: true` keeps `beta: 0` (no KL in the loss) but allows a KL in the reward (`kl_in_reward_coef`).
     """
 
     dr_grpo: bool = field(
         default=False,
         metadata={
             "help": "Use Dr.GRPO (Liu et al. 2025): scale_rewards='none', loss_type='dr_grpo', beta=0.0. Setting one "
-            "of those three to a different value as well is an error."
+            "of those three to a different value as well is an error. A KL in the reward (kl_in_reward_coef) is "
+            "still allowed."
         },
     )
     scale_rewards: str | None = field(
@@ -81,6 +87,15 @@ class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
         metadata={"help": "Added to the group std before dividing: 1e-4 (TRL), 1e-6 (verl), 1e-8 (reference table)."},
     )
 
+    zero_reward_for_truncated: bool = field(
+        default=False,
+        metadata={
+            "help": "Score a completion cut at max_completion_length (no end-of-answer token) 0 on every reward "
+            "function, as the Dr.GRPO paper's runs do. It stays in its group with reward 0, unlike TRL's "
+            "mask_truncated_completions, which leaves it out of the loss."
+        },
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.scale_rewards, (bool, str)):
             key = self.scale_rewards.lower() if isinstance(self.scale_rewards, str) else self.scale_rewards
@@ -103,18 +118,60 @@ class DrGRPOConfig(DiagnosticsArguments, GRPOConfig):
         if self.advantage_epsilon < 0:
             raise ValueError(f"advantage_epsilon must be >= 0, got {self.advantage_epsilon}.")
         self.check_diagnostics_settings()  # correctness_reward, warning thresholds: drgrpo/diagnostics.py
+        self.check_family_settings()  # advantage baseline, KL in reward, dynamic sampling: drgrpo/family.py
         super().__post_init__()
 
     @property
     def algorithm_summary(self) -> str:
-        """One line naming the resolved algorithm, logged by the trainer at start-up."""
+        """One line naming the resolved algorithm, logged by the trainer at start-up; it lists only knobs that act."""
         name = "Dr.GRPO" if self.dr_grpo else "GRPO"
         parts = [f"scale_rewards={self.scale_rewards}", f"loss_type={self.loss_type}", f"beta={self.beta}"]
         if self.loss_type == "dr_grpo":
             parts.append(f"loss constant={self.max_completion_length}")
-        if self.scale_rewards != "none":
+        trl_scaling = self.trl_advantage_scaling
+        if trl_scaling is not None:
+            parts.append(f"advantages: {trl_scaling}")
+        elif self.scale_rewards == "group":
             parts.append(f"std ddof={self.advantage_std_ddof}, eps={self.advantage_epsilon:g}")
         return f"algorithm: {name} ({', '.join(parts)})"
+
+    # --- which advantage settings act (issue 11: the summary names only those; the others get a warning) ---
+    @property
+    def trl_advantage_scaling(self) -> str | None:
+        """What TRL's own advantage computation does when `DrGRPOTrainer` keeps it, or None when ours is used.
+
+        `DrGRPOTrainer` replaces TRL's advantages only for summed rewards with group or no std scaling; TRL's batch
+        scaling and `normalize_then_sum` stay TRL's, with TRL's fixed convention (`nanstd`, ddof 1, eps 1e-4).
+        """
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            return (
+                "TRL's normalize_then_sum (each reward divided by its group std, their weighted sum by the batch "
+                "std; ddof 1, eps 1e-4)"
+            )
+        if self.scale_rewards == "batch":
+            return "TRL's batch scaling (group mean, std of the whole batch; ddof 1, eps 1e-4)"
+        return None
+
+    @property
+    def inactive_advantage_settings(self) -> list[str]:
+        """A warning for each of `advantage_std_ddof` / `advantage_epsilon` set away from its default where it does
+        not act, naming why; empty when both act or keep their defaults."""
+        std_keys = ("advantage_std_ddof", "advantage_epsilon")
+        defaults = {f.name: f.default for f in fields(DrGRPOConfig) if f.name in std_keys}
+        changed = [f"{key}={getattr(self, key)!r}" for key in std_keys if getattr(self, key) != defaults[key]]
+        if not changed:
+            return []
+        trl_scaling = self.trl_advantage_scaling
+        if trl_scaling is not None:
+            why = (
+                f"the advantages are {trl_scaling}, which DrGRPOTrainer leaves to TRL; the std convention is "
+                "chosen only for scale_rewards: group with multi_objective_aggregation: sum_then_normalize"
+            )
+        elif self.scale_rewards == "none":
+            why = "scale_rewards=none divides by no std, so there is no std convention to choose"
+        else:
+            return []
+        return [f"{', '.join(changed)} set but not applied: {why}. Remove the key(s) from the recipe."]
 
 
 def resolve_dr_grpo(config: DrGRPOConfig) -> None:
@@ -140,6 +197,7 @@ def resolve_dr_grpo(config: DrGRPOConfig) -> None:
 
 
 @dataclass
-class ScriptArguments(DataArguments, RewardArguments):
+class ScriptArguments(DataArguments, RewardArguments, OutputDirArguments):
     """Arguments of `scripts/train.py` that are neither trainer nor model settings: the data and prompt settings
-    (`drgrpo.data.DataArguments`) and the reward settings (`rewards.RewardArguments`)."""
+    (`drgrpo.data.DataArguments`), the reward settings (`rewards.RewardArguments`) and the output directory guard
+    (`drgrpo.output_guard.OutputDirArguments`)."""

@@ -123,6 +123,7 @@ def run_demo(settings: DemoSettings) -> dict:
         "--model_name_or_path", str(sft),
         "--dataset_path", str(data["train"]),
         "--output_dir", str(out / "model"),
+        "--overwrite_output_dir", "true",  # the demo rebuilds its models each run; only the demo writes here
         *settings.rl_overrides,
     ]  # fmt: skip
     script_args, training_args, model_args = parse_recipe([settings.recipe, *overrides])

@@ -17,6 +17,8 @@ FIRST_UPDATE_RATIO_MEAN = PREFIX + "ratio/first_update_mean"
 FIRST_UPDATE_MAX_ABS_LOG_RATIO = PREFIX + "ratio/first_update_max_abs_log"
 SAMPLER_TRAINER_RATIO_MEAN = PREFIX + "ratio/sampler_trainer_mean"
 SAMPLER_TRAINER_MAX_ABS_LOG_RATIO = PREFIX + "ratio/sampler_trainer_max_abs_log"
+# Logged as the maximum over all micro-steps since the last log, not TRL's mean of the per-micro-step values.
+MAXIMUM_METRICS = (FIRST_UPDATE_MAX_ABS_LOG_RATIO, SAMPLER_TRAINER_MAX_ABS_LOG_RATIO)
 
 TRL_REWARD = "reward"
 TRL_ZERO_STD_SHARE = "frac_reward_zero_std"
@@ -25,3 +27,11 @@ TRL_ENTROPY = "entropy"
 TRL_CLIP_FRACTION = "clip_ratio/region_mean"
 TRL_KL = "kl"
 LEARNING_RATE = "learning_rate"
+
+# GRPO-family keys (drgrpo/family.py): the KL folded into the reward, and DAPO dynamic sampling.
+KL_IN_REWARD = "kl_in_reward/sequence_kl_mean"
+DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"
+DYNAMIC_SAMPLING_DROPPED_ALL_CORRECT = "dynamic_sampling/groups_dropped_all_correct"
+DYNAMIC_SAMPLING_DROPPED_ALL_WRONG = "dynamic_sampling/groups_dropped_all_wrong"
+DYNAMIC_SAMPLING_PROMPTS_CONSUMED = "dynamic_sampling/prompts_consumed"
+DYNAMIC_SAMPLING_GROUPS_PADDED = "dynamic_sampling/groups_padded"

@@ -1,72 +1,8 @@
 """Compatibility name: the recipe planner now lives in the `drgrpo.planning` package (one module per check).
 
-`from drgrpo.planner import plan_recipe` keeps working; new code imports from `drgrpo.planning`.
+`from drgrpo.planner import plan_recipe` keeps working; new code imports from `drgrpo.planning`. The star import
+re-exports exactly `drgrpo.planning.__all__`, so a name added there is never missing here.
 """
 
-from drgrpo.planning import (
-    BATCH_KEYS,
-    BUILTIN_MODEL_CONFIGS,
-    DEFAULT_GPU_MEMORY_GIB,
-    DEFAULT_GPUS_PER_NODE,
-    DEFAULT_LORA_TARGETS,
-    GIB,
-    LLAMA_LAYOUT_TYPES,
-    NEUTRAL_BATCH,
-    WORLD_SIZE_PATTERN,
-    ZERO_STAGE_PATTERN,
-    BatchPlan,
-    Finding,
-    LaunchSetup,
-    MemoryEstimate,
-    ModelSize,
-    PlanReport,
-    batch_plan,
-    context_findings,
-    count_parameters,
-    format_report,
-    load_model_config,
-    lora_parameters,
-    model_size,
-    model_states_memory,
-    parse_for_planning,
-    per_device_multiple,
-    plan_recipe,
-    read_accelerate_config,
-    read_header,
-    recipe_values,
-    with_defaults,
-)
-
-__all__ = [
-    "BATCH_KEYS",
-    "BUILTIN_MODEL_CONFIGS",
-    "BatchPlan",
-    "DEFAULT_GPUS_PER_NODE",
-    "DEFAULT_GPU_MEMORY_GIB",
-    "DEFAULT_LORA_TARGETS",
-    "Finding",
-    "GIB",
-    "LLAMA_LAYOUT_TYPES",
-    "LaunchSetup",
-    "MemoryEstimate",
-    "ModelSize",
-    "NEUTRAL_BATCH",
-    "PlanReport",
-    "WORLD_SIZE_PATTERN",
-    "ZERO_STAGE_PATTERN",
-    "batch_plan",
-    "context_findings",
-    "count_parameters",
-    "format_report",
-    "load_model_config",
-    "lora_parameters",
-    "model_size",
-    "model_states_memory",
-    "parse_for_planning",
-    "per_device_multiple",
-    "plan_recipe",
-    "read_accelerate_config",
-    "read_header",
-    "recipe_values",
-    "with_defaults",
-]
+from drgrpo.planning import *  # noqa: F403
+from drgrpo.planning import __all__  # noqa: F401

@@ -7,15 +7,32 @@ Everything else (generation, the clipped surrogate, the `dr_grpo` loss aggregati
 from __future__ import annotations
 
 import logging
+from collections.abc import MutableSequence, Sequence
 
 import torch
 from trl import GRPOTrainer
 
 from drgrpo import diagnostics, metric_names
-from drgrpo.advantages import combine_rewards, group_advantages
+from drgrpo.advantages import combine_rewards, group_advantages, truncated_completions, zero_truncated_rewards
 from drgrpo.config import DrGRPOConfig
+from drgrpo.dynamic_sampling import DynamicSampler
+from drgrpo.eos import apply_extra_eos_tokens
+from drgrpo.family import family_card
+from drgrpo.kl import batch_sequence_kls, kl_penalised_rewards
 
 logger = logging.getLogger(__name__)
+
+
+def replace_tail(buffer: MutableSequence[float], values: Sequence[float]) -> None:
+    """Overwrite the last `len(values)` entries of `buffer` (a list or a bounded deque) with `values`, in order.
+
+    When the buffer holds fewer entries than `values` (a deque whose `maxlen` is below the batch), its entries are
+    the batch's last ones, so they get the last values.
+    """
+    count = min(len(buffer), len(values))
+    offset = len(buffer) - count
+    for i, value in enumerate(values[len(values) - count :]):
+        buffer[offset + i] = value
 
 
 class DrGRPOTrainer(GRPOTrainer):
@@ -23,7 +40,8 @@ class DrGRPOTrainer(GRPOTrainer):
 
     The only change to TRL's algorithm is *where the advantage comes from*: one pure, tested function
     (`group_advantages`) whose std convention (`advantage_std_ddof`, `advantage_epsilon`) the config chooses. With
-    the defaults it reproduces TRL's numbers exactly.
+    the defaults it reproduces TRL's numbers, a group of one (eval with `num_generations_eval: 1`) included: its
+    advantage is 0, as in TRL. The completions table of `log_completions` shows the advantages actually trained on.
 
     Every step it also logs the `diag/` metrics (pass rate, all-correct / all-wrong group shares, pass@G, lengths of
     correct and incorrect completions, truncation rate, and the pi_theta/pi_old ratio before the first update when
@@ -33,7 +51,19 @@ class DrGRPOTrainer(GRPOTrainer):
     args: DrGRPOConfig
 
     def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        # TRL builds (and DeepSpeed/FSDP-prepares, or gives a PEFT "ref" adapter) a reference model only when
+        # beta != 0. A KL in the reward needs one with beta == 0, so TRL is shown a non-zero beta while it builds it,
+        # and the loss's beta is put back to 0 right after: the reference comes from TRL's own code path.
+        kl_in_reward_only = isinstance(config, DrGRPOConfig) and config.kl_in_reward_coef > 0 and config.beta == 0.0
+        if kl_in_reward_only:
+            config.beta = 1.0
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            if kl_in_reward_only:
+                config.beta = 0.0
+                self.beta = 0.0
         if not isinstance(self.args, DrGRPOConfig):
             raise TypeError(f"DrGRPOTrainer needs a DrGRPOConfig, got {type(self.args).__name__}.")
         self._last_rewards_per_func: torch.Tensor | None = None
@@ -41,41 +71,79 @@ class DrGRPOTrainer(GRPOTrainer):
             self.reward_func_names, self.args.correctness_reward
         )
         self._ratio_probe: dict | None = None
+        # The recipe's extra end-of-answer tokens join TRL's eos list and both generation backends' stop lists.
+        apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
+        self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
         if self.args.diagnostics_warnings:
             self.add_callback(diagnostics.DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
             logger.warning(self.args.algorithm_summary)
+            logger.warning(family_card(self.args))
+            for message in self.args.inactive_advantage_settings:
+                logger.warning(message)
 
     # Override: keep the (all-process) rewards TRL just computed, so that the advantage override below starts from
-    # exactly the numbers TRL logs, without re-running any reward function.
+    # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
+    # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
+    # normalises the rewards.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.args.zero_reward_for_truncated:
+            stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+            truncated = truncated_completions(completion_ids_list, stop_token_ids).to(rewards_per_func.device)
+            # TRL's rewards are already gathered over processes, in process order: gather the flags the same way.
+            rewards_per_func = zero_truncated_rewards(rewards_per_func, self.accelerator.gather(truncated))
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
-    # Override: TRL computes advantages inline in this 400-line method; we let it run unchanged and then replace its
-    # advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases with summed
-    # rewards are ours; TRL's 'batch' scaling and 'normalize_then_sum' keep TRL's own advantages.
-    # The diagnostics are logged here too: this is where the batch's rewards and completions are all in hand.
+    # Override: the diagnostics are logged here, on the batch that is trained on; with `dynamic_sampling` that batch is
+    # assembled from several generation rounds of `_score_generation` (drgrpo/dynamic_sampling.py).
     def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        if self._dynamic_sampler is not None and mode == "train":
+            output = self._dynamic_sampler.fill(inputs, self._score_generation)
+        else:
+            output = self._score_generation(inputs)
+        self._log_batch_diagnostics(output, mode, num_generations)
+        return output
+
+    # TRL computes advantages inline in its 400-line `_generate_and_score_completions`; we let it run unchanged and
+    # then replace its advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases
+    # with summed rewards are ours; TRL's 'batch' scaling and 'normalize_then_sum' keep TRL's own advantages
+    # (`DrGRPOConfig.trl_advantage_scaling`). A group of one (eval with num_generations_eval=1) gets 0, as in TRL.
+    def _score_generation(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        self._log_batch_diagnostics(output, mode, num_generations)
-        if self.multi_objective_aggregation != "sum_then_normalize" or self.scale_rewards not in ("group", "none"):
+        if self.args.trl_advantage_scaling is not None:
             return output
         rewards = combine_rewards(self._last_rewards_per_func, self.reward_weights)
+        if self.args.kl_in_reward_coef > 0 and mode == "train":
+            sequence_kls = batch_sequence_kls(self, output)  # drgrpo/kl.py: verl's apply_kl_penalty, summed
+            rewards = kl_penalised_rewards(rewards, sequence_kls.to(rewards.device), self.args.kl_in_reward_coef)
+            self._metrics[mode][metric_names.KL_IN_REWARD].append(sequence_kls.float().mean().item())
         advantages = group_advantages(
             rewards,
             num_generations,
             scale_by_std=self.scale_rewards == "group",
             std_ddof=self.args.advantage_std_ddof,
             epsilon=self.args.advantage_epsilon,
+            leave_one_out=self.args.advantage_estimator == "leave_one_out" and num_generations > 1,
         )
         local = output["advantages"].shape[0]
         start = self.accelerator.process_index * local
         output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
+        self._log_trained_advantages(advantages)
         return output
+
+    def _log_trained_advantages(self, advantages: torch.Tensor) -> None:
+        """Put the advantages trained on into the completions table (`log_completions`).
+
+        TRL has just appended its own all-process advantages for this batch to `self._logs["advantages"]`, before
+        our replacement; overwrite exactly those entries, so that the table shows what the loss received.
+        """
+        replace_tail(self._logs["advantages"], advantages.tolist())
 
     def _log_batch_diagnostics(self, output: dict, mode: str, num_generations: int) -> None:
         """Append this generation batch's `diag/` metrics (all processes' completions) to TRL's metric buffer."""
@@ -137,3 +205,10 @@ class DrGRPOTrainer(GRPOTrainer):
             mean_ratio, max_abs_log = diagnostics.ratio_statistics(self.accelerator.gather(sums))
             self._metrics["train"][mean_name].append(mean_ratio)
             self._metrics["train"][max_name].append(max_abs_log)
+
+    # Override: TRL's `log` averages every metric's list of values since the last log. For the maxima among our
+    # metrics that would be a mean of per-micro-step maxima; reduce their lists with max first, so they stay maxima.
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        diagnostics.reduce_to_max(self._metrics[mode], metric_names.MAXIMUM_METRICS)
+        super().log(logs, start_time)

@@ -10,6 +10,8 @@ from trl import ModelConfig, get_peft_config
 from drgrpo.checkpoints import find_resumable_checkpoint
 from drgrpo.config import DrGRPOConfig, ScriptArguments
 from drgrpo.data import load_prompt_dataset
+from drgrpo.eos import extra_eos_token_ids
+from drgrpo.output_guard import check_output_dir, run_settings, start_run
 from drgrpo.trainer import DrGRPOTrainer
 from rewards import get_reward_funcs
 
@@ -30,22 +32,28 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint."""
     if not model_args.model_name_or_path:
         raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
+    # Refuse before anything is loaded when output_dir holds another run's model (drgrpo/output_guard.py).
+    settings = run_settings(script_args, training_args, model_args)
+    overwrite = script_args.overwrite_output_dir
+    check_output_dir(training_args.output_dir, settings, overwrite=overwrite)
+    # Rewards before the tokenizer and data: a custom reward that cannot be imported fails in seconds.
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs,
+        settings=script_args,
+        max_completion_length=training_args.max_completion_length,
+        reward_weights=training_args.reward_weights,
+    )
     training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
 
     train_dataset, eval_dataset = load_prompt_dataset(
         script_args,
         seed=training_args.seed,
         tokenizer=tokenizer,
         chat_template_kwargs=training_args.chat_template_kwargs,
-    )
-    reward_funcs = get_reward_funcs(
-        script_args.reward_funcs,
-        settings=script_args,
-        max_completion_length=training_args.max_completion_length,
-        reward_weights=training_args.reward_weights,
     )
 
     trainer = DrGRPOTrainer(
@@ -58,8 +66,11 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         peft_config=get_peft_config(model_args),
     )
 
+    if trainer.accelerator.is_main_process:
+        start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)
+    trainer.accelerator.wait_for_everyone()  # no rank looks for checkpoints while the main one deletes stale ones
     # The newest *complete* checkpoint: one half-written by a run killed while saving is skipped with a warning.
-    last_checkpoint = find_resumable_checkpoint(training_args.output_dir)
+    last_checkpoint = None if overwrite else find_resumable_checkpoint(training_args.output_dir)
     if last_checkpoint is not None:
         logger.warning("Resuming from checkpoint %s", last_checkpoint)
     trainer.train(resume_from_checkpoint=last_checkpoint)

@@ -1,8 +1,8 @@
 """The reward registry: a recipe's `reward_funcs` specs to safe callables with TRL's reward signature.
 
-A spec is a built-in name (`accuracy`, `format`, `boxed_format`, `overlong`, `cosine_length`), an importable
-`package.module:function`, or a file `path/to/my_reward.py:function` (loaded without installing it). Every
-function is wrapped in a `SafeReward`, which
+A spec is a built-in name (`accuracy`, `format`, `boxed_format`, `overlong`, `cosine_length`, `code`,
+`code_format`), an importable `package.module:function`, or a file `path/to/my_reward.py:function` (loaded without
+installing it). Every function is wrapped in a `SafeReward`, which
 
 - checks the result at every call: one float or None per completion, else a `RewardContractError` naming the
   reward (TRL would raise a generic error or, in older versions, broadcast a 1-element list);
@@ -23,12 +23,15 @@ import inspect
 import logging
 import math
 import numbers
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from drgrpo.errors import RecipeError, RecipeFileNotFoundError, RecipeImportError
 from rewards.accuracy import AccuracyReward
+from rewards.code import CodeFormatReward, code_reward
 from rewards.deadline import call_with_deadline
 from rewards.extract import completion_text
 from rewards.format import BoxedFormatReward, FormatReward
@@ -44,6 +47,14 @@ _TRAINER_CALLBACKS = ("log_metric", "log_extra")
 
 class RewardContractError(ValueError):
     """A reward function returned something other than one float or None per completion."""
+
+
+class RewardSpecAttributeError(RecipeError, AttributeError):
+    """A custom reward spec names a function its module does not define."""
+
+
+class RewardSpecTypeError(RecipeError, TypeError):
+    """A custom reward spec names something that is not a function with TRL's reward signature."""
 
 
 class RewardFunctionError(RuntimeError):
@@ -76,6 +87,8 @@ BUILTINS: dict[str, Callable[[RewardArguments, int | None], Callable]] = {
     "boxed_format": lambda s, m: BoxedFormatReward(),
     "overlong": lambda s, m: OverlongReward(s.overlong_max_length, s.overlong_buffer_length, m),
     "cosine_length": _cosine,
+    "code": lambda s, m: code_reward(s),
+    "code_format": lambda s, m: CodeFormatReward(s.code_language),
 }
 
 
@@ -267,7 +280,7 @@ def load_file_module(path: str, spec: str):
     file = Path(path).expanduser()
     resolved = file.resolve()
     if not resolved.is_file():
-        raise FileNotFoundError(
+        raise RecipeFileNotFoundError(
             f"Reward file {path!r} (from reward spec {spec!r}) not found: looked for {resolved}. Relative paths are "
             f"resolved from the current directory, {Path.cwd()}."
         )
@@ -277,14 +290,17 @@ def load_file_module(path: str, spec: str):
         return sys.modules[module_name]
     module_spec = importlib.util.spec_from_file_location(module_name, resolved)
     if module_spec is None or module_spec.loader is None:
-        raise ImportError(f"Reward file {path!r} (from reward spec {spec!r}) is not a loadable Python file.")
+        raise RecipeImportError(f"Reward file {path!r} (from reward spec {spec!r}) is not a loadable Python file.")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
-        raise ImportError(f"Importing reward file {path!r} (from reward spec {spec!r}) failed: {exc!r}") from exc
+        raise RecipeImportError(
+            f"Importing reward file {path!r} (from reward spec {spec!r}) failed: {type(exc).__name__}: {exc} "
+            "(rerun with --traceback to see where)."
+        ) from exc
     return module
 
 
@@ -295,13 +311,15 @@ def _attribute(module, attribute: str, where: str, spec: str) -> Callable:
             available = sorted(
                 n for n, v in vars(module).items() if callable(v) and not n.startswith("_") and not inspect.isclass(v)
             )
-            raise AttributeError(
+            raise RewardSpecAttributeError(
                 f"{where} has no attribute {attribute!r} (reward spec {spec!r}). Functions it defines: "
                 f"{', '.join(available) or 'none'}."
             )
         target = getattr(target, part)
     if not callable(target):
-        raise TypeError(f"{where}: {attribute!r} (reward spec {spec!r}) is a {type(target).__name__}, not a function.")
+        raise RewardSpecTypeError(
+            f"{where}: {attribute!r} (reward spec {spec!r}) is a {type(target).__name__}, not a function."
+        )
     return target
 
 
@@ -311,11 +329,28 @@ def _check_signature(func: Callable, spec: str) -> None:
     except (TypeError, ValueError):  # builtins, some C callables: nothing to check
         return
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        raise TypeError(
+        raise RewardSpecTypeError(
             f"Reward function {spec!r} must accept **kwargs: TRL calls it with prompts=, completions=, "
             "completion_ids=, every dataset column, trainer_state=, log_metric= and log_extra=. Write it as "
             "`def fn(completions, answer, **kwargs)`."
         )
+
+
+def import_hint(location: str, spec: str, error: Exception) -> str:
+    """Why module `location` of a reward spec cannot be imported, and the two ways to name it that work."""
+    missing = isinstance(error, ModuleNotFoundError) and error.name is not None and location.startswith(error.name)
+    if not missing:  # the module exists but failed while importing: its own error is the cause
+        return (
+            f"Cannot import module {location!r} (reward spec {spec!r}): {type(error).__name__}: {error} (rerun with "
+            "--traceback to see where)."
+        )
+    file = location.replace(".", "/") + ".py"
+    pythonpath = os.environ.get("PYTHONPATH") or "unset"
+    return (
+        f"Cannot import module {location!r} (reward spec {spec!r}): {error}. Python looks in PYTHONPATH ({pythonpath}) "
+        f"and installed packages, not the current folder: set PYTHONPATH to the folder that holds "
+        f"{location.split('.')[0]}, or name the file directly: '{file}:{spec.rpartition(':')[2]}'."
+    )
 
 
 def resolve_custom(spec: str) -> Callable:
@@ -329,8 +364,8 @@ def resolve_custom(spec: str) -> Callable:
     else:
         try:
             module = importlib.import_module(location)
-        except ImportError as exc:
-            raise ImportError(f"Cannot import module {location!r} (reward spec {spec!r}): {exc}") from exc
+        except Exception as exc:
+            raise RecipeImportError(import_hint(location, spec, exc)) from exc
         where = f"Module {location!r}"
     func = _attribute(module, attribute, where, spec)
     _check_signature(func, spec)

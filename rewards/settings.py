@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rewards.code.settings import CodeRewardArguments
+
 
 @dataclass
-class RewardArguments:
+class RewardArguments(CodeRewardArguments):
     """Which reward functions a recipe uses, and how they are run.
 
-    Their weights are TRL's `reward_weights` (a trainer setting), aligned with `reward_funcs`.
+    Their weights are TRL's `reward_weights` (a trainer setting), aligned with `reward_funcs`. The settings of the
+    code rewards (`code_*`, `tests_column`) come from `rewards.code.settings.CodeRewardArguments`.
     """
 
     reward_funcs: list[str] = field(
         default_factory=lambda: ["accuracy"],
         metadata={
-            "help": "Reward functions: built-in names (accuracy, format, boxed_format, overlong, cosine_length), "
+            "help": "Reward functions: built-in names (accuracy, format, boxed_format, overlong, cosine_length, code, "
+            "code_format), "
             "'package.module:function' or 'path/to/file.py:function'. Weights go in reward_weights, aligned with "
             "this list."
         },

@@ -7,6 +7,7 @@ make advantages REWARDS="0.9 0.2 0.5 0.7 0.1 0.3 0.8 0.4"
 import argparse
 
 from drgrpo.advantages import advantage_table
+from drgrpo.errors import run_main
 
 
 def main() -> None:
@@ -19,4 +20,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -8,6 +8,7 @@ import argparse
 import logging
 
 from drgrpo.comparison import CompareSettings, run_comparison
+from drgrpo.errors import run_main
 
 
 def main() -> None:
@@ -30,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from drgrpo.errors import run_main
 from drgrpo.evaluation import PAPER_RESULTS, comparison_table, find_summaries
 
 
@@ -26,4 +27,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_main(lambda: main(sys.argv[1:]))

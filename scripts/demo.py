@@ -7,6 +7,7 @@ import argparse
 import logging
 
 from drgrpo.demo import DemoSettings, format_table, run_demo
+from drgrpo.errors import run_main
 
 
 def main() -> None:
@@ -32,4 +33,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

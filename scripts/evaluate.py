@@ -14,6 +14,7 @@ import sys
 
 from transformers import HfArgumentParser
 
+from drgrpo.errors import run_main
 from drgrpo.evaluation import EvalArguments, run_evaluation, summary_markdown
 
 
@@ -27,4 +28,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_main(lambda: main(sys.argv[1:]))

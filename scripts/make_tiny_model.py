@@ -5,6 +5,7 @@ python scripts/make_tiny_model.py outputs/tiny-model [--seed 0]
 
 import argparse
 
+from drgrpo.errors import run_main
 from drgrpo.tiny import build_tiny_model
 
 
@@ -17,4 +18,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

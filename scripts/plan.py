@@ -13,8 +13,10 @@ import argparse
 import shlex
 import sys
 
+from drgrpo.errors import run_main
 from drgrpo.launch import vllm_serve_args
 from drgrpo.planning import DEFAULT_GPU_MEMORY_GIB, format_report, plan_recipe
+from drgrpo.recipe_file import read_recipe
 
 
 def main() -> int:
@@ -29,6 +31,9 @@ def main() -> int:
     argv = sys.argv[1:]
     overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.num_processes is not None and args.num_processes < 1:
+        parser.error(f"--num_processes must be 1 or more (training processes), got {args.num_processes}.")
+    read_recipe(args.recipe)  # a wrong path or bad YAML: one line naming the file
     if args.vllm_serve_args:
         print(shlex.join(vllm_serve_args(args.recipe, overrides)))
         return 0
@@ -44,4 +49,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -6,6 +6,7 @@ groups, entropy, KL, clip fraction, truncation and learning rate, from each run'
 
 import argparse
 
+from drgrpo.errors import run_main
 from drgrpo.plotting import load_log_history, plot_runs, run_labels
 
 
@@ -28,4 +29,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from drgrpo.errors import run_main
 from rewards import RewardArguments, get_reward_funcs
 from rewards.scoring import ScoreArguments, flagged_rows, load_rows, score_rows, summarize
 
@@ -41,9 +42,10 @@ def main() -> None:
         row = rows[result["index"]]
         details = {n: (result[n], result[f"{n}_detail"]) for n in names}
         completion = str(row[args.completion_column])
-        print(f"  row {result['index']}: gold={row[args.answer_column]!r} {details} completion={completion[-120:]!r}")
+        gold = str(row[args.answer_column])  # code tests can be long: show their start
+        print(f"  row {result['index']}: gold={gold[:120]!r} {details} completion={completion[-120:]!r}")
     print(f"per-row results: {output}")
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -7,7 +7,8 @@ Used as the training script of an `accelerate launch`:
 
 Before handing over to `scripts/train.py` (run as `__main__`, so the real parse -> `drgrpo.training.train` path
 runs), it installs two test-only things:
-- the reward name `probe_digits` (`digit_reward`), used when it is the run's only reward. The randomly initialised
+- the reward names `probe_digits` (`digit_reward`) and `probe_half_digits` (`half_digit_reward`, all-equal groups
+  for half the prompts, for dynamic sampling), used when one is the run's only reward. The randomly initialised
   tiny model never answers the addition task, so `accuracy` is 0 for every completion, every advantage is 0 and
   nothing would train; the share of digit characters varies between completions, so groups have spread, the
   advantages are non-zero and the weights move.
@@ -32,6 +33,8 @@ from transformers import TrainerCallback
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE_REWARD = "probe_digits"
+# For dynamic sampling: all-equal (0) groups for prompts whose first operand is even, digit share otherwise.
+PROBE_HALF_REWARD = "probe_half_digits"
 # Tensors whose local partitions are recorded at the end (the tiny model's tied embedding and one MLP matrix).
 PARTITION_SAMPLES = ("model.embed_tokens.weight", "model.layers.1.mlp.down_proj.weight")
 
@@ -51,12 +54,21 @@ def digit_reward(completions: list, **kwargs) -> list[float]:
     return scores
 
 
+def half_digit_reward(prompts: list, completions: list, **kwargs) -> list[float]:
+    """0.0 for every completion of a prompt `a+b=` with even `a` (an all-equal group), else `digit_reward`."""
+    digits = digit_reward(completions)
+    return [0.0 if _text(p).split("+")[0].strip().isdigit() and int(_text(p).split("+")[0]) % 2 == 0 else d
+            for p, d in zip(prompts, digits, strict=True)]  # fmt: skip
+
+
 def with_probe_reward(resolve):
     """Wrap a `get_reward_funcs`: the spec list [PROBE_REWARD] resolves to `digit_reward`, anything else as before."""
 
     def get_reward_funcs(specs, *args, **kwargs):
         if list(specs) == [PROBE_REWARD]:
             return [digit_reward]
+        if list(specs) == [PROBE_HALF_REWARD]:
+            return [half_digit_reward]
         return resolve(specs, *args, **kwargs)
 
     return get_reward_funcs
@@ -124,11 +136,13 @@ def _probe_trainer_class():
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
             if self.model.training:
+                # The batch that is trained on (with dynamic sampling not the prompts of `inputs`): decoded from it.
                 self.probe["rounds"].append(
                     {
-                        "prompts": [str(x["prompt"]) for x in inputs],
+                        "prompts": self.processing_class.batch_decode(output["prompt_ids"], skip_special_tokens=True),
                         "rewards": self._last_rewards_per_func.sum(dim=1).tolist(),
                         "advantages": output["advantages"].tolist(),
+                        "refill_prompts": getattr(self._dynamic_sampler, "consumed", None),
                     }
                 )
             return output

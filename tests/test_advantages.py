@@ -62,12 +62,31 @@ def test_group_with_single_scored_sample_gets_zero():
     assert group_advantages(rewards, 4).tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
-def test_verl_single_sample_group_rule():
+def test_group_of_one_gets_zero_as_in_trl():
+    # TRL 1.16 (eval with num_generations_eval=1): mean = the reward itself, std 0, so A = 0 with or without scaling.
+    rewards = torch.tensor([1.0, 0.25, 1.0, 0.25])
+    for scale in (True, False):
+        for ddof in (0, 1):
+            assert group_advantages(rewards, 1, scale_by_std=scale, std_ddof=ddof).tolist() == [0.0] * 4
+
+
+def test_verl_single_sample_group_rule_is_opt_in():
     # verl compute_grpo_outcome_advantage: a group of one sample uses mean 0 and std 1, so A is the raw score.
     rewards = torch.tensor([0.7, 0.0, 1.0], dtype=torch.float64)
-    assert group_advantages(rewards, 1, scale_by_std=False).tolist() == [0.7, 0.0, 1.0]
-    scaled = group_advantages(rewards, 1, epsilon=1e-6)
+    verl = {"verl_single_sample_rule": True}
+    assert group_advantages(rewards, 1, scale_by_std=False, **verl).tolist() == [0.7, 0.0, 1.0]
+    scaled = group_advantages(rewards, 1, epsilon=1e-6, **verl)
     assert scaled.tolist() == pytest.approx([0.7 / (1 + 1e-6), 0.0, 1.0 / (1 + 1e-6)], rel=1e-12)
+    # The option changes nothing for real groups.
+    pair = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    assert torch.equal(group_advantages(pair, 2, **verl), group_advantages(pair, 2))
+
+
+def test_all_equal_group_is_zero_even_with_epsilon_zero():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    adv = group_advantages(rewards, 2, std_ddof=0, epsilon=0.0)
+    assert adv[:2].tolist() == [0.0, 0.0]  # std 0, not 0/0
+    assert adv[2:].tolist() == pytest.approx([-1.0, 1.0])
 
 
 def test_groups_are_contiguous_and_independent():
@@ -154,3 +173,40 @@ def test_advantage_table_lists_every_sample():
     assert lines[1].split() == ["0", "1.0000", "+1.0000", "+0.5000", "yes"]
     assert lines[2].split() == ["1", "0.0000", "-1.0000", "-0.5000", "no"]
     assert "mean=0.5000 std=0.500000" in lines[-1]
+
+
+# --- leave-one-out (RLOO) baseline: A_i = R_i - mean_{j != i} R_j ---------------------------------------------------
+def test_leave_one_out_binary_hand_table():
+    # Group [1, 0, 1, 1]: the correct ones see siblings (0, 1, 1) -> baseline 2/3; the wrong one sees (1, 1, 1) -> 1.
+    # Group [0, 0, 0, 1]: the wrong ones see two 0s and the 1 -> 1/3; the correct one sees three 0s -> 0.
+    rewards = torch.tensor([1, 0, 1, 1, 0, 0, 0, 1], dtype=torch.float64)
+    adv = group_advantages(rewards, 4, scale_by_std=False, leave_one_out=True)
+    assert adv.tolist() == pytest.approx([1 / 3, -1.0, 1 / 3, 1 / 3, -1 / 3, -1 / 3, -1 / 3, 1.0], abs=1e-12)
+
+
+def test_leave_one_out_non_binary_hand_table():
+    rewards = torch.tensor([0.9, 0.2, 0.5], dtype=torch.float64)
+    adv = group_advantages(rewards, 3, scale_by_std=False, leave_one_out=True)
+    # 0.9 - (0.2 + 0.5) / 2 = 0.55; 0.2 - (0.9 + 0.5) / 2 = -0.5; 0.5 - (0.9 + 0.2) / 2 = -0.05
+    assert adv.tolist() == pytest.approx([0.55, -0.5, -0.05], abs=1e-12)
+    # With std scaling the same numbers are divided by the group's sample std (0.351188..., eps 0).
+    scaled = group_advantages(rewards, 3, std_ddof=1, epsilon=0.0, leave_one_out=True)
+    std = torch.tensor([0.9, 0.2, 0.5], dtype=torch.float64).std().item()
+    assert std == pytest.approx(0.3511884584, abs=1e-9)
+    assert scaled.tolist() == pytest.approx([0.55 / std, -0.5 / std, -0.05 / std], abs=1e-9)
+
+
+def test_leave_one_out_skips_unscored_and_lone_samples():
+    nan = float("nan")
+    # Group 1: 3 scored (1, 0, 1) + one NaN: 1 - 1/2 = 0.5, 0 - 1 = -1, NaN -> 0.
+    # Group 2: a single scored sample has no sibling -> 0 (and the NaNs 0).
+    rewards = torch.tensor([1, nan, 0, 1, nan, 0.7, nan, nan], dtype=torch.float64)
+    adv = group_advantages(rewards, 4, scale_by_std=False, leave_one_out=True)
+    assert adv.tolist() == pytest.approx([0.5, 0.0, -1.0, 0.5, 0.0, 0.0, 0.0, 0.0], abs=1e-12)
+    assert not torch.isnan(adv).any()
+
+
+def test_leave_one_out_all_equal_group_is_zero_and_lone_group_is_an_error():
+    assert torch.equal(group_advantages(torch.ones(4), 4, leave_one_out=True), torch.zeros(4))
+    with pytest.raises(ValueError, match="leave_one_out needs at least 2 completions"):
+        group_advantages(torch.ones(4), 1, leave_one_out=True)

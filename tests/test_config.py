@@ -8,7 +8,7 @@ from drgrpo.config import DrGRPOConfig
 
 
 def make(**kwargs) -> DrGRPOConfig:
-    return DrGRPOConfig(output_dir="/tmp/drgrpo-test", use_cpu=True, bf16=False, **kwargs)
+    return DrGRPOConfig(**{"output_dir": "/tmp/drgrpo-test", "use_cpu": True, "bf16": False, **kwargs})
 
 
 def test_dr_grpo_resolves_three_settings():
@@ -120,3 +120,45 @@ def test_run_name_defaults_to_the_recipe_name(tmp_path):
     recipe.write_text(f"use_cpu: true\nbf16: false\noutput_dir: {tmp_path}\n")
     assert parse_recipe([str(recipe)])[1].run_name == "my-tiny-recipe"
     assert parse_recipe([str(recipe), "--run_name", "mine"])[1].run_name == "mine"
+
+
+# --- the start-up summary names only the knobs that act (issue 11, item 4) ------------------------------------------
+def test_summary_names_std_convention_only_where_ours_scales():
+    assert "std ddof=1, eps=0.0001" in make().algorithm_summary  # GRPO, group scaling: ours, with TRL's convention
+    dr = make(dr_grpo=True).algorithm_summary
+    assert "ddof" not in dr and "eps" not in dr  # no std division
+    batch = make(scale_rewards="batch", advantage_std_ddof=0).algorithm_summary
+    assert "std ddof=0" not in batch and "advantages: TRL's batch scaling" in batch
+    nts = make(multi_objective_aggregation="normalize_then_sum", advantage_epsilon=1e-8).algorithm_summary
+    assert "eps=1e-08" not in nts and "advantages: TRL's normalize_then_sum" in nts
+
+
+@pytest.mark.parametrize(
+    "settings,why",
+    [
+        ({"scale_rewards": "batch"}, "TRL's batch scaling"),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, "TRL's normalize_then_sum"),
+        ({"dr_grpo": True}, "scale_rewards=none divides by no std"),
+    ],
+)
+def test_std_convention_that_does_not_act_is_a_warning_naming_why(settings, why):
+    config = make(advantage_std_ddof=0, advantage_epsilon=1e-8, **settings)
+    (warning,) = config.inactive_advantage_settings
+    assert "advantage_std_ddof=0, advantage_epsilon=1e-08 set but not applied" in warning and why in warning
+    assert make(**settings).inactive_advantage_settings == []  # defaults: nothing to warn about
+    assert make(advantage_std_ddof=0).inactive_advantage_settings == []  # group scaling: it acts
+
+
+def test_trainer_logs_the_inactive_setting_warning(tiny_model_path, tmp_path, caplog):
+    from datasets import Dataset
+
+    from drgrpo.trainer import DrGRPOTrainer
+    from rewards import accuracy
+
+    args = make(output_dir=str(tmp_path), scale_rewards="batch", advantage_std_ddof=0, report_to="none",
+                num_generations=4, per_device_train_batch_size=4, max_completion_length=4)  # fmt: skip
+    dataset = Dataset.from_list([{"prompt": "1+1=", "answer": "2"}] * 4)
+    with caplog.at_level("WARNING", logger="drgrpo.trainer"):
+        DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[accuracy], args=args, train_dataset=dataset)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("advantage_std_ddof=0 set but not applied" in msg and "batch scaling" in msg for msg in messages)

@@ -488,11 +488,13 @@ def test_recipe_prompt_settings(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
         "prompt_template: chat\nsystem_prompt: Be brief.\nchat_template_kwargs: {enable_thinking: false}\n"
+        "extra_eos_tokens: ['<|im_end|>']\n"
     )
     assert ev.recipe_prompt_settings(recipe) == {
         "prompt_template": "chat",
         "system_prompt": "Be brief.",
         "chat_template_kwargs": {"enable_thinking": False},
+        "extra_eos_tokens": ["<|im_end|>"],
     }
     args = ev.EvalArguments(
         model_name_or_path="m", recipe=str(recipe), chat_template_kwargs='{"enable_thinking": true}'

@@ -26,6 +26,7 @@ from drgrpo.planner import (
     read_accelerate_config,
     read_header,
 )
+from drgrpo.planning import REFERENCE_SCHEDULES, keep_schedule_fix
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -63,7 +64,7 @@ def test_generation_batch_size_sets_steps_per_generation_for_the_target_world():
     plan, findings = batch_plan(4, 16, 8, 8, generation_batch_size=512)
     assert findings == [] and plan.steps_per_generation == 8 and plan.completions_per_round == 512
     plan, findings = batch_plan(8, 16, 8, 8, generation_batch_size=96)
-    assert plan is None and findings[0].key == "generation_batch_size" and "multiple of 128" in findings[0].fix
+    assert plan is None and findings[0].key == "generation_batch_size" and "size to 128 " in findings[0].fix
     plan, findings = batch_plan(8, 16, 8, 8, generation_batch_size=1024, steps_per_generation=8)
     assert plan is None and "both set" in findings[0].message
 
@@ -268,11 +269,92 @@ def test_every_shipped_recipe_passes_at_its_world_size(recipe):
         assert report.setup.zero_stage in report.memory  # the memory of the stage it runs with was checked
 
 
-def test_gpu_recipes_keep_the_papers_batch():
-    """Every Qwen3-8B variant trains on 128 prompts x 8 completions per optimizer step, at its own world size."""
-    for recipe in sorted((ROOT / "recipes").glob("qwen3_8b_*.yaml")):
+def test_gpu_recipes_keep_the_papers_schedule():
+    """Every Qwen recipe samples 128 prompts x 8 per rollout and steps on 128 completions, at its own world size."""
+    for recipe in sorted((ROOT / "recipes").glob("qwen*.yaml")):
         batch = plan_recipe(recipe).batch
-        assert (batch.prompts_per_step, batch.num_generations) == (128, 8), recipe.name
+        assert (batch.prompts_per_round, batch.num_generations, batch.completions_per_step) == (128, 8, 128), recipe
+
+
+# The optimizer steps per rollout of every shipped recipe: Oat's 8 for the GPU recipes (the Dr.GRPO paper's
+# schedule), 1 for the tiny CPU demo (one step per generated batch).
+STEPS_PER_ROLLOUT = {
+    "qwen2.5_coder_7b_drgrpo_code.yaml": 8,
+    "qwen2.5_math_1.5b_drgrpo.yaml": 8,
+    "qwen2.5_math_1.5b_drgrpo_from_verl.yaml": 8,  # verl's train_batch_size 128 / ppo_mini_batch_size 16
+    "qwen3_8b_drgrpo.yaml": 8,
+    "qwen3_8b_drgrpo_lora.yaml": 8,
+    "qwen3_8b_drgrpo_vllm_server.yaml": 8,
+    "qwen3_8b_grpo.yaml": 8,
+    "tiny_drgrpo.yaml": 1,
+    "tiny_drgrpo_code.yaml": 1,
+    "tiny_grpo.yaml": 1,
+}
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.name)
+def test_optimizer_steps_per_rollout_of_every_shipped_recipe(recipe):
+    assert recipe.name in STEPS_PER_ROLLOUT, f"pin the optimizer steps per rollout of {recipe.name} here"
+    report = plan_recipe(recipe)
+    expected = STEPS_PER_ROLLOUT[recipe.name]
+    assert report.batch.optimizer_steps_per_round == expected
+    assert f"optimizer steps per rollout: {expected} " in format_report(report)
+
+
+def test_reproduction_recipe_prints_the_papers_schedule_beside_ours():
+    report = plan_recipe(ROOT / "recipes/qwen2.5_math_1.5b_drgrpo.yaml")
+    assert report.reference is REFERENCE_SCHEDULES["Oat-Zero-1.5B"]
+    assert not [f for f in report.findings if f.key == "schedule"]
+    text = format_report(report)
+    assert "Schedule beside the paper's run, Oat-Zero-1.5B" in text and "<- differs" not in text
+    # Each row: ours, then the paper's.
+    assert schedule_row(text, "prompts x samples per rollout") == ["128", "x", "8", "128", "x", "8"]
+    assert schedule_row(text, "completions per optimizer step") == ["128", "128"]
+    assert schedule_row(text, "optimizer steps per rollout") == ["8", "8"]
+    assert schedule_row(text, "passes over a rollout") == ["1", "1"]
+    # The recipe's former schedule: one optimizer step per rollout of 1024 completions.
+    old = plan_recipe(ROOT / "recipes/qwen2.5_math_1.5b_drgrpo.yaml", overrides=["--gradient_accumulation_steps", "8"])
+    (warning,) = [f for f in old.findings if f.key == "schedule"]
+    assert "completions per optimizer step 1024 (paper 128)" in warning.message
+    assert "optimizer steps per rollout 1 (paper 8)" in warning.message
+    assert "--gradient_accumulation_steps 1 --steps_per_generation 8" in warning.fix
+    assert schedule_row(format_report(old), "optimizer steps per rollout") == ["1", "8", "<-", "differs"]
+    # Only recipes that name a run get the comparison.
+    assert plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo.yaml").reference is None
+
+
+def schedule_row(text: str, label: str) -> list[str]:
+    """The words after `label` on its row of the schedule table."""
+    (line,) = [line for line in text.splitlines() if line.startswith(f"  {label} ")]
+    return line[len(label) + 2 :].split()
+
+
+def test_reference_schedule_and_header():
+    oat = REFERENCE_SCHEDULES["Oat-Zero-1.5B"]
+    assert (oat.completions_per_rollout, oat.completions_per_step, oat.optimizer_steps_per_rollout) == (1024, 128, 8)
+    assert read_header(ROOT / "recipes/qwen2.5_math_1.5b_drgrpo.yaml")["reproduces"] == "Oat-Zero-1.5B"
+    assert read_header(ROOT / "recipes/qwen3_8b_drgrpo.yaml")["reproduces"] is None
+
+
+def test_keep_schedule_fix_by_hand():
+    # 8 -> 2 processes, micro-batch 16: 128 / (16 x 2) = 4 accumulation steps, 1024 / 32 = 32 generation steps.
+    assert keep_schedule_fix(16, 128, 1024, 2, num_generations=8).endswith(
+        "--gradient_accumulation_steps 4 --steps_per_generation 32."
+    )
+    # 8 -> 16: 128 per step needs 8 per process: micro-batch 8, 1 step; 1024 / (8 x 16) = 8 generation steps.
+    assert keep_schedule_fix(16, 128, 1024, 16, num_generations=8).endswith(
+        "--per_device_train_batch_size 8 --gradient_accumulation_steps 1 --steps_per_generation 8."
+    )
+    # 128 per step over 3 processes cannot be whole. Whole groups on every process need multiples of lcm(3, 8) = 24:
+    # 120 (micro-batch 10: 30 per micro-step, 4 of them; 960 / 30 = 32) or 144 (16: 48, 3; 1152 / 48 = 24), each
+    # with 8 optimizer steps per rollout as written.
+    assert keep_schedule_fix(16, 128, 1024, 3, num_generations=8) == (
+        "the recipe's schedule (128 completions per optimizer step, 1024 per rollout) cannot be kept at 3 processes "
+        "(128 is not a multiple of 3 processes); the nearest that fit, with the same optimizer steps per rollout: "
+        "120 per step and 960 per rollout (--per_device_train_batch_size 10 --gradient_accumulation_steps 4 "
+        "--steps_per_generation 32) or 144 per step and 1152 per rollout (--gradient_accumulation_steps 3 "
+        "--steps_per_generation 24)."
+    )
 
 
 def read_header_lines(text: str) -> str:
@@ -314,7 +396,12 @@ def _broken(tmp_path: Path, source: str, **changes) -> Path:
         ("qwen3_8b_drgrpo.yaml", {"vllm_tensor_parallel_size": 3}, "vllm_tensor_parallel_size", "divisor of 8"),
         ("qwen3_8b_drgrpo.yaml", {"model_name_or_path": "someone/unknown-70b"}, "model_name_or_path", "config.json"),
         ("qwen3_8b_drgrpo.yaml", {"vllm_gpu_memory_utilization": 0.8}, "memory", "vllm_gpu_memory_utilization"),
-        ("qwen3_8b_drgrpo.yaml", {"generation_batch_size": 96}, "generation_batch_size", "multiple of 128"),
+        (
+            "qwen3_8b_drgrpo.yaml",
+            {"generation_batch_size": 96, "steps_per_generation": None},
+            "generation_batch_size",
+            "size to 128",
+        ),
     ],
 )
 def test_broken_recipes_are_rejected_with_the_fix(tmp_path, source, changes, key, fix):
@@ -334,15 +421,28 @@ def test_a_full_8b_fine_tune_does_not_fit_two_gpus():
     assert plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo_lora.yaml", num_processes=2).ok
 
 
-def test_two_nodes_keep_the_batch_only_with_scaled_accumulation():
+def test_two_nodes_keep_the_schedule_only_with_the_fix():
     recipe = ROOT / "recipes/qwen3_8b_drgrpo.yaml"
     doubled = plan_recipe(recipe, num_processes=16)
-    assert doubled.ok and doubled.batch.completions_per_step == 2048 and doubled.setup.num_nodes == 2
+    assert doubled.ok and doubled.batch.completions_per_step == 256 and doubled.setup.num_nodes == 2
     (warning,) = [f for f in doubled.findings if f.key == "world size"]
-    assert "1024 completions per optimizer step" in warning.message and "8/16" in warning.fix
-    kept = plan_recipe(recipe, num_processes=16, overrides=["--gradient_accumulation_steps", "4"])
-    assert kept.ok and kept.batch.completions_per_step == 1024
+    assert "128 completions per optimizer step, 1024 per rollout" in warning.message
+    assert "--per_device_train_batch_size 8 --gradient_accumulation_steps 1 --steps_per_generation 8" in warning.fix
+    kept = plan_recipe(recipe, num_processes=16, overrides=["--per_device_train_batch_size", "8"])
+    assert kept.ok and (kept.batch.completions_per_step, kept.batch.completions_per_round) == (128, 1024)
     assert not [f for f in kept.findings if f.key == "world size"]
+    # Keeping the step but not the rollout still warns: the schedule per rollout changed.
+    half = plan_recipe(recipe, num_processes=16, overrides=["--per_device_train_batch_size", "8",
+                                                          "--steps_per_generation", "16"])  # fmt: skip
+    assert [f for f in half.findings if f.key == "world size"]
+
+
+def test_lora_recipe_on_two_gpus_keeps_the_schedule_with_its_stated_overrides():
+    recipe = ROOT / "recipes/qwen3_8b_drgrpo_lora.yaml"
+    overrides = ["--gradient_accumulation_steps", "4", "--steps_per_generation", "32"]  # as its header says
+    report = plan_recipe(recipe, num_processes=2, overrides=overrides)
+    assert report.ok and not [f for f in report.findings if f.key == "world size"]
+    assert (report.batch.completions_per_step, report.batch.optimizer_steps_per_round) == (128, 8)
 
 
 def test_ddp_for_the_8b_recipe_is_rejected():

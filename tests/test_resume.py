@@ -106,9 +106,10 @@ def train_command(model: Path, data: Path, output_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_where_it_stopped(tiny_model_path, addition_data, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--dynamic_sampling", "true"]], ids=["plain", "dynamic_sampling"])
+def test_killed_run_resumes_where_it_stopped(tiny_model_path, addition_data, tmp_path, extra):
     output_dir = tmp_path / "run"
-    command = train_command(tiny_model_path, addition_data["train"], output_dir)
+    command = train_command(tiny_model_path, addition_data["train"], output_dir) + extra
     log_path = tmp_path / "first.log"
     with open(log_path, "w") as log:
         first = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -139,6 +140,12 @@ def test_killed_run_resumes_where_it_stopped(tiny_model_path, addition_data, tmp
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"Skipping incomplete checkpoint {half_written}" in second.stderr
     assert f"Resuming from checkpoint {resumed_from}" in second.stderr
+    if extra:
+        # The refill stream continues from the position saved with the checkpoint (the random tiny model never
+        # answers right, so every round drops every group and draws refill prompts).
+        saved = json.loads((resumed_from / "dynamic_sampling.json").read_text())["consumed"]
+        assert saved > 0
+        assert f"dynamic_sampling: refill stream resumes after {saved} prompts" in second.stderr
 
     state = json.loads((output_dir / f"checkpoint-{MAX_STEPS}" / "trainer_state.json").read_text())
     assert state["global_step"] == MAX_STEPS

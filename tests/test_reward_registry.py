@@ -22,7 +22,7 @@ def test_builtin_names_resolve_to_named_safe_rewards():
     funcs = get_reward_funcs(["accuracy", "format", "boxed_format"])
     assert [f.__name__ for f in funcs] == ["accuracy", "format", "boxed_format"]
     assert all(isinstance(f, SafeReward) for f in funcs)
-    assert set(BUILTINS) == {"accuracy", "format", "boxed_format", "overlong", "cosine_length"}
+    assert set(BUILTINS) == {"accuracy", "format", "boxed_format", "overlong", "cosine_length", "code", "code_format"}
 
 
 def test_a_module_spec_resolves(tmp_path, monkeypatch):
@@ -61,7 +61,11 @@ def test_the_readme_example_is_this_file_and_runs_in_a_recipe_list():
     ("spec", "error", "message"),
     [
         ("acuracy", ValueError, "Unknown reward 'acuracy'. Did you mean 'accuracy'\\?.*Built-in rewards: accuracy"),
-        ("nope", ValueError, "Built-in rewards: accuracy, boxed_format, cosine_length, format, overlong"),
+        (
+            "nope",
+            ValueError,
+            "Built-in rewards: accuracy, boxed_format, code, code_format, cosine_length, format, overlong",
+        ),
         ("tests/fixtures/missing.py:fn", FileNotFoundError, "Reward file 'tests/fixtures/missing.py'.*not found"),
         ("tests/fixtures/my_reward.py:gn", AttributeError, "'tests/fixtures/my_reward.py' has no attribute 'gn'.*fn"),
         ("no_such_module_xyz:fn", ImportError, "Cannot import module 'no_such_module_xyz'"),

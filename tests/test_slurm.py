@@ -149,13 +149,15 @@ def run_sbatch_script(tmp_path: Path, env_extra: dict[str, str], *args: str) -> 
 def test_sbatch_script_plans_then_launches_every_node(tmp_path):
     """3 nodes, the last one serving vLLM: the planner passes at world size 16, the server node gets `trl vllm-serve`
     and each training node its own `accelerate launch`, all carrying the overrides."""
-    result = run_sbatch_script(
-        tmp_path, {"VLLM_SERVER_NODE": "1"}, SERVER_RECIPE, CONFIG, "--", "--gradient_accumulation_steps", "4"
-    )
+    keep_schedule = ["--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+                     "--steps_per_generation", "8"]  # fmt: skip
+    result = run_sbatch_script(tmp_path, {"VLLM_SERVER_NODE": "1"}, SERVER_RECIPE, CONFIG, "--", *keep_schedule)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "16 training process(es), 2 node(s) x 8 GPU(s), ZeRO-3" in out and "\nOK\n" in out
-    assert "128 prompts x 8 = 1024 completions" in out  # 16 GPUs x 16 x 4: the recipe's batch, kept
+    # 16 GPUs x 8 x 1 per optimizer step, x 8 per rollout: the recipe's schedule, kept
+    assert "16 prompts x 8 = 128 completions" in out and "128 prompts x 8 = 1024 completions" in out
+    assert "optimizer steps per rollout: 8 " in out and "[world size]" not in out
     # The command is each node's last line (libraries may log above it).
     commands = {path.stem: shlex.split(path.read_text().strip().splitlines()[-1]) for path in tmp_path.glob("*.out")}
     assert set(commands) == {"gpu01", "gpu02", "gpu03"}
@@ -169,7 +171,7 @@ def test_sbatch_script_plans_then_launches_every_node(tmp_path):
         assert train[train.index("--main_process_ip") + 1] == "gpu01"
         assert train[train.index("--num_processes") + 1] == "16"
         assert train[train.index("scripts/train.py") :] == [
-            "scripts/train.py", SERVER_RECIPE, "--gradient_accumulation_steps", "4", "--vllm_server_host", "gpu03",
+            "scripts/train.py", SERVER_RECIPE, *keep_schedule, "--vllm_server_host", "gpu03",
         ]  # fmt: skip
 
 

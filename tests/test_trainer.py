@@ -88,8 +88,9 @@ def rows_by_key(batch: dict) -> dict:
         {"dr_grpo": True},
         {"reward_weights": [1.0, 2.0]},
         {"reward_weights": [1.0, 2.0], "advantage_std_ddof": 0, "advantage_epsilon": 1e-8},
+        {"dr_grpo": True, "advantage_estimator": "leave_one_out"},
     ],
-    ids=["dr_grpo", "grpo-trl-convention", "grpo-population-std"],
+    ids=["dr_grpo", "grpo-trl-convention", "grpo-population-std", "dr_grpo-leave-one-out"],
 )
 def test_loss_sees_group_advantages_of_its_rewards(tiny_model_path, addition_data, tmp_path, config):
     trainer, generations, loss_inputs, trl_advantages = run_and_capture(
@@ -105,6 +106,7 @@ def test_loss_sees_group_advantages_of_its_rewards(tiny_model_path, addition_dat
             scale_by_std=not config.get("dr_grpo", False),
             std_ddof=config.get("advantage_std_ddof", 1),
             epsilon=config.get("advantage_epsilon", 1e-4),
+            leave_one_out=config.get("advantage_estimator") == "leave_one_out",
         )
         assert torch.allclose(generation["advantages"], expected, atol=1e-6), f"step {step}"
         # The loss receives the same rows, shuffled: match them by (prompt, completion) tokens. Rows with equal keys
@@ -114,7 +116,7 @@ def test_loss_sees_group_advantages_of_its_rewards(tiny_model_path, addition_dat
         assert sorted(fed["keys"]) == sorted(generation["keys"])
         assert torch.allclose(fed["advantages"], fed_expected, atol=1e-6), f"step {step}"
         assert expected.abs().sum() > 0, "a batch with no signal cannot test anything; change the seed"
-        if "advantage_std_ddof" not in config:
+        if "advantage_std_ddof" not in config and "advantage_estimator" not in config:
             # At TRL's own convention, TRL's inline advantages and ours coincide.
             assert torch.allclose(expected, trl_adv, atol=1e-5), f"step {step}"
     history = [h for h in trainer.state.log_history if "loss" in h]

@@ -19,7 +19,7 @@ Modules, each importing only the ones listed before it:
 - `arguments`: `DataArguments`, the recipe's data keys;
 - `sources`: one source (hub split or local file) mapped onto (question, answer) examples;
 - `mixture`: weighted mixtures of several sources;
-- `gold_check`: gold answers the accuracy reward cannot parse;
+- `gold_check`: gold answers the accuracy reward cannot parse (checked once: main process, cached);
 - `pipeline`: `load_prompt_dataset`, the steps above in order;
 - `preview`: `--show_prompts`, prompts exactly as the trainer renders them.
 Prompt templates live in `drgrpo.templates` (shared with evaluation).
@@ -34,7 +34,13 @@ from drgrpo.data.extraction import (
     last_boxed,
 )
 from drgrpo.data.filters import FILTER_OPERATORS, Condition, condition_holds, filter_indices, parse_filter
-from drgrpo.data.gold_check import GOLD_PROBE, report_unparseable, reward_gold_check, unparseable_indices
+from drgrpo.data.gold_check import (
+    GOLD_PROBE,
+    report_unparseable,
+    reward_gold_check,
+    unparseable_indices,
+    unparseable_indices_once,
+)
 from drgrpo.data.mixture import apportion, default_mixture_size, mix_sources, normalized_weights, sample_rows
 from drgrpo.data.pipeline import eval_source, load_prompt_dataset
 from drgrpo.data.preview import format_prompts, preview_prompts
@@ -84,4 +90,5 @@ __all__ = [
     "sample_rows",
     "source_examples",
     "unparseable_indices",
+    "unparseable_indices_once",
 ]

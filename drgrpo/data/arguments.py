@@ -68,7 +68,21 @@ class DataArguments:
         },
     )
     prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the question."})
-    answer_column: str = field(default="answer", metadata={"help": "Dataset column holding the gold answer."})
+    answer_column: str | None = field(
+        default="answer",
+        metadata={
+            "help": "Dataset column holding the gold answer. null: none (e.g. code problems, whose `code` reward reads "
+            "the test cases from tests_column); the answer column is then empty and not checked."
+        },
+    )
+    keep_columns: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Raw dataset columns passed unchanged to the reward functions, next to prompt and answer (values "
+            "that are mappings or lists become JSON strings). tests_column is added by itself when reward_funcs "
+            "uses `code`."
+        },
+    )
     answer_extraction: str = field(
         default="none",
         metadata={
@@ -145,6 +159,19 @@ class DataArguments:
                 raise ValueError(f"{key} must be a positive integer or unset, got {value}.")
         if self.show_prompts < 0:
             raise ValueError(f"show_prompts must be >= 0, got {self.show_prompts}.")
+
+
+def passed_columns(args: Any) -> list[str]:
+    """The raw columns the trainer passes to the rewards besides `prompt` and `answer`: `keep_columns`, and the code
+    reward's `tests_column` when `reward_funcs` uses `code` (args is the train script's `ScriptArguments`)."""
+    columns = list(getattr(args, "keep_columns", None) or [])
+    specs = getattr(args, "reward_funcs", None) or []
+    if any(str(spec).strip() == "code" for spec in specs) and getattr(args, "tests_column", None):
+        columns.append(args.tests_column)
+    for column in columns:
+        if column in ("prompt", "answer"):
+            raise ValueError(f"keep_columns: {column!r} is the name of a canonical column; rename the raw column.")
+    return list(dict.fromkeys(columns))
 
 
 def parse_structured(value: Any, key: str) -> Any:

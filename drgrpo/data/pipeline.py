@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from typing import Any
 from datasets import Dataset
 
 from drgrpo.data.arguments import DataArguments
-from drgrpo.data.gold_check import report_unparseable, reward_gold_check, unparseable_indices
+from drgrpo.data.gold_check import report_unparseable, reward_gold_check, unparseable_indices_once
 from drgrpo.data.mixture import mix_sources
 from drgrpo.data.sources import DataSource, Example, data_sources, load_source, source_examples
 from drgrpo.templates import prompt_text, prompt_token_ids, render_prompt
@@ -59,7 +60,8 @@ def _finish(
         examples = [examples[i] for i in keep]
         prompts = [prompts[i] for i in keep]
     if gold_check is not None:
-        bad = unparseable_indices([example.answer for example in examples], gold_check)
+        # Main process only, result broadcast; cached by answers + grader version (drgrpo/data/gold_check.py).
+        bad = unparseable_indices_once([example.answer for example in examples], gold_check)
         if bad:
             logger.warning(report_unparseable(examples, bad, which))
             if args.drop_unparseable_answers:
@@ -71,7 +73,16 @@ def _finish(
                 logger.warning("drop_unparseable_answers: dropped %d %s rows.", len(bad), which)
         else:
             logger.info("All %d %s gold answers parse.", len(examples), which)
-    return Dataset.from_dict({"prompt": prompts, "answer": [example.answer for example in examples]})
+    columns = {"prompt": prompts, "answer": [example.answer for example in examples]}
+    for column in (examples[0].extras or {}) if examples else {}:
+        columns[column] = [_plain(example.extras[column]) for example in examples]
+    return Dataset.from_dict(columns)
+
+
+def _plain(value: Any) -> Any:
+    """A kept column's value as one Arrow type across rows: mappings and lists as JSON strings (rows of a test-case
+    column differ in structure, which Arrow cannot hold in one column)."""
+    return json.dumps(value) if isinstance(value, dict | list) else value
 
 
 def eval_source(args: DataArguments, sources: list[DataSource]) -> DataSource | None:
@@ -94,6 +105,7 @@ def eval_source(args: DataArguments, sources: list[DataSource]) -> DataSource | 
         answer_column=args.answer_column,
         answer_extraction=args.answer_extraction,
         dataset_filter=args.dataset_filter,
+        keep_columns=sources[0].keep_columns,
     )
 
 
@@ -123,7 +135,9 @@ def load_prompt_dataset(
     examples = mix_sources(per_source, weights, args.dataset_mixture_size, rng)
     rng.shuffle(examples)
 
-    eval_examples = None if held_out_source is None else source_examples(load_source(held_out_source), held_out_source)
+    eval_examples = (
+        None if held_out_source is None else source_examples(load_source(held_out_source, "held-out"), held_out_source)
+    )
     if args.dataset_test_size is not None:
         if args.dataset_test_size >= len(examples):
             raise ValueError(
@@ -135,7 +149,7 @@ def load_prompt_dataset(
         examples = examples[: args.max_train_samples]
     logger.info("Training prompts: %d rows from %s.", len(examples), ", ".join(s.label for s in sources))
 
-    if not args.check_gold_answers:
+    if not args.check_gold_answers or args.answer_column is None:
         gold_check = None
     elif gold_check is None:
         gold_check = reward_gold_check(args)

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from datasets import Dataset, load_dataset
 
-from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured
+from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured, passed_columns
 from drgrpo.data.extraction import check_answer_extraction, extract_answer
 from drgrpo.data.filters import filter_indices, parse_filter
 
@@ -25,10 +25,11 @@ class DataSource:
     path: str | None = None
     split: str = "train"
     prompt_column: str = "prompt"
-    answer_column: str = "answer"
+    answer_column: str | None = "answer"
     answer_extraction: str = "none"
     dataset_filter: dict | None = None
     weight: float | None = None
+    keep_columns: tuple[str, ...] = ()  # raw columns passed through to the rewards (e.g. the code tests)
 
     @property
     def label(self) -> str:
@@ -50,6 +51,7 @@ def data_sources(args: DataArguments) -> list[DataSource]:
         answer_column=args.answer_column,
         answer_extraction=args.answer_extraction,
         dataset_filter=args.dataset_filter,
+        keep_columns=tuple(passed_columns(args)),
     )
     if args.dataset_mixture is None:
         if args.dataset_name and args.dataset_path:
@@ -101,6 +103,7 @@ def data_sources(args: DataArguments) -> list[DataSource]:
                 answer_extraction=extraction,
                 dataset_filter=source_filter,
                 weight=None if weight is None else float(weight),
+                keep_columns=base.keep_columns,
             )
         )
     weighted = [source.weight is not None for source in sources]
@@ -111,30 +114,52 @@ def data_sources(args: DataArguments) -> list[DataSource]:
     return sources
 
 
-def load_local(path: str | Path) -> Dataset:
-    """Load a .jsonl/.json/.parquet/.csv file, or every such file in a folder (all of one format)."""
+def _is_blank(path: Path, chunk_bytes: int = 1 << 20) -> bool:
+    """Whether a file holds nothing but whitespace (read until the first other byte; a real file stops at once)."""
+    with open(path, "rb") as file:
+        while chunk := file.read(chunk_bytes):
+            if chunk.strip():
+                return False
+    return True
+
+
+def load_local(path: str | Path, *, key: str = "dataset_path", role: str = "") -> Dataset:
+    """Load a .jsonl/.json/.parquet/.csv file, or every such file in a folder (all of one format).
+
+    `key` and `role` ("training", "held-out") name the recipe key and the split in error messages.
+    """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"dataset_path {str(path)!r} does not exist.")
+        raise FileNotFoundError(f"{key} {str(path)!r} does not exist.")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _FORMATS)
         if not files:
-            raise FileNotFoundError(f"dataset_path {str(path)!r}: no {'/'.join(_FORMATS)} file in this folder.")
+            raise FileNotFoundError(f"{key} {str(path)!r}: no {'/'.join(_FORMATS)} file in this folder.")
     else:
         files = [path]
     kinds = {_FORMATS.get(p.suffix) for p in files}
     if None in kinds:
-        raise ValueError(f"dataset_path {str(path)!r}: unsupported file type; use one of {', '.join(_FORMATS)}.")
+        raise ValueError(f"{key} {str(path)!r}: unsupported file type; use one of {', '.join(_FORMATS)}.")
     if len(kinds) != 1:
         found = sorted({p.suffix for p in files})
-        raise ValueError(f"dataset_path {str(path)!r} mixes file formats {found}; keep files of one format.")
+        raise ValueError(f"{key} {str(path)!r} mixes file formats {found}; keep files of one format.")
+    # `datasets` fails on an empty file with a bare StopIteration (json), "corresponds to no data" or a parquet error.
+    blank = [p for p in files if _is_blank(p)]
+    if blank:
+        split = f"the {role} split" if role else "it"
+        raise ValueError(
+            f"{key} {str(path)!r}: {'file ' + str(blank[0]) if path.is_dir() else 'the file'} is empty, so {split} "
+            "has no rows. Fill it (e.g. one JSON object per line for .jsonl), or point "
+            f"{key} at the data file."
+        )
     return load_dataset(kinds.pop(), data_files=[str(p) for p in files], split="train")
 
 
-def load_source(source: DataSource) -> Dataset:
-    """The raw rows of one source (hub split or local file/folder)."""
+def load_source(source: DataSource, role: str = "training") -> Dataset:
+    """The raw rows of one source (hub split or local file/folder); `role` names it in errors."""
     if source.path is not None:
-        return load_local(source.path)
+        key = "dataset_test_path" if role == "held-out" else "dataset_path"
+        return load_local(source.path, key=key, role=role)
     return load_dataset(source.name, source.config, split=source.split)
 
 
@@ -145,6 +170,7 @@ class Example(NamedTuple):
     answer: str
     source: str
     row: int
+    extras: dict | None = None  # the source's keep_columns values of this row
 
 
 def column_values(dataset: Dataset, column: str) -> list:
@@ -154,7 +180,11 @@ def column_values(dataset: Dataset, column: str) -> list:
 
 def check_columns(dataset: Dataset, source: DataSource) -> None:
     """Raise a `ValueError` naming each mapped or filtered column that the dataset lacks, and the columns it has."""
-    wanted = {"prompt_column": source.prompt_column, "answer_column": source.answer_column}
+    wanted = {"prompt_column": source.prompt_column}
+    if source.answer_column is not None:
+        wanted["answer_column"] = source.answer_column
+    for column in source.keep_columns:
+        wanted[f"keep_columns/tests_column ({column})"] = column
     for condition in parse_filter(source.dataset_filter, "dataset_filter") if source.dataset_filter else []:
         wanted.setdefault(f"dataset_filter ({condition.column})", condition.column)
     for key, column in wanted.items():
@@ -176,7 +206,8 @@ def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
         columns = {c.column: column_values(dataset, c.column) for c in conditions}
         keep = filter_indices(columns, conditions, source.label)
     questions = column_values(dataset, source.prompt_column)
-    answers = column_values(dataset, source.answer_column)
+    answers = column_values(dataset, source.answer_column) if source.answer_column else [""] * len(dataset)
+    kept = {column: column_values(dataset, column) for column in source.keep_columns}
     examples = []
     for i in keep:
         question = questions[i]
@@ -192,5 +223,6 @@ def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
                 f"{source.label}: row {i} (0-based) has a {type(answer).__name__} in answer column "
                 f"{source.answer_column!r}: {answer!r:.200}. The gold answer must be a string or a number."
             )
-        examples.append(Example(question, extract_answer(answer, source.answer_extraction), source.label, i))
+        extras = {column: values[i] for column, values in kept.items()} if kept else None
+        examples.append(Example(question, extract_answer(answer, source.answer_extraction), source.label, i, extras))
     return examples

@@ -1,4 +1,5 @@
-"""Evaluation: pass@1, pass@k and maj@k on math benchmarks, graded by the same verifier that rewards training.
+"""Evaluation: pass@1, pass@k and maj@k on math benchmarks (pass@k on code benchmarks), graded by the same verifier
+that rewards training.
 
 One run = one model on one benchmark, written to one folder:
 - `samples.jsonl`: one row per (problem, sample), appended and flushed batch by batch, so an interrupted run loses
@@ -20,6 +21,7 @@ Modules, each importing only the ones listed before it:
 - `sampling`: per-sample seeded Gumbel-max sampling;
 - `backends`: vLLM and transformers generation;
 - `grading`: the reward library's verifier as evaluation verdicts;
+- `code`: code benchmarks, whose programs the code reward's sandbox runs on their tests (pass@k, no maj@k);
 - `report`: summaries, their markdown, comparison tables across runs;
 - `runner`: `EvalArguments`, resume checks, `run_evaluation` / `evaluate`.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -112,6 +113,8 @@ ANSWER_FORMATS: dict[str, Callable[[Any], str | None]] = {
     "last_boxed": lambda value: last_boxed(str(value)) if value is not None else None,
     "list": list_answer,
     "number": number_answer,
+    # Code problems: the "gold" is the test cases (as JSON), graded by running the program (drgrpo.evaluation.code).
+    "code_tests": lambda value: None if value in (None, "") else value if isinstance(value, str) else json.dumps(value),
 }
 
 

@@ -6,6 +6,7 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from drgrpo.eos import merge_token_ids
 from drgrpo.evaluation.sampling import SeededSampling
 
 
@@ -51,11 +52,13 @@ def choose_backend(name: str) -> str:
     return name
 
 
-def _eos_ids(model_generation_config, tokenizer) -> list[int]:
+def _eos_ids(model_generation_config, tokenizer, extra_eos_ids: Sequence[int] = ()) -> list[int]:
+    """The model's eos ids, the tokenizer's eos, then the recipe's `extra_eos_tokens` ids (drgrpo.eos)."""
     ids = model_generation_config.eos_token_id if model_generation_config is not None else None
     ids = [ids] if isinstance(ids, int) else list(ids or [])
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
+    ids = merge_token_ids(ids, extra_eos_ids)
     if not ids:
         raise ValueError("The model and tokenizer name no end-of-sequence token; generation would never stop.")
     return ids
@@ -74,7 +77,14 @@ def _checkpoint_generation_config(model_path: str):
 class TransformersBackend:
     """Batched `model.generate` with left padding: what runs on CPU, and on a GPU without vLLM."""
 
-    def __init__(self, model_path: str, tokenizer, dtype: str = "auto", device: str | None = None):
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer,
+        dtype: str = "auto",
+        device: str | None = None,
+        extra_eos_ids: Sequence[int] = (),
+    ):
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -85,7 +95,7 @@ class TransformersBackend:
             torch_dtype = getattr(torch, dtype)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(self.device).eval()
         self.tokenizer = tokenizer
-        self.eos_ids = _eos_ids(self.model.generation_config, tokenizer)
+        self.eos_ids = _eos_ids(self.model.generation_config, tokenizer, extra_eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
     def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
@@ -148,6 +158,7 @@ class VLLMBackend:
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
         seed: int = 0,
+        extra_eos_ids: Sequence[int] = (),
     ):
         from vllm import LLM
 
@@ -160,7 +171,7 @@ class VLLMBackend:
             seed=seed,
         )
         self.tokenizer = tokenizer
-        self.eos_ids = _eos_ids(_checkpoint_generation_config(model_path), tokenizer)
+        self.eos_ids = _eos_ids(_checkpoint_generation_config(model_path), tokenizer, extra_eos_ids)
 
     def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
         from vllm import SamplingParams

@@ -60,6 +60,17 @@ PRESETS: dict[str, BenchmarkPreset] = {
             note="Open-ended, text-only English maths competition subset; final_answer is a list.",
         ),
         BenchmarkPreset("gsm8k", "GSM8K", "openai/gsm8k", "test", "question", "answer", "gsm8k", dataset_config="main"),
+        BenchmarkPreset(
+            "apps",
+            "APPS (test)",
+            "codeparrot/apps",
+            "test",
+            "question",
+            "input_output",
+            "code_tests",
+            note="5000 Python problems (Hendrycks et al. 2021); graded by running the programs in the code sandbox. "
+            "The hub copy has a loading script: where `datasets` refuses it, download test.jsonl and pass --data.",
+        ),
     )
 }
 

@@ -55,7 +55,9 @@ def load_rows(
         try:
             return list(load_dataset(dataset_name, dataset_config, split=split))
         except (ConnectionError, OSError) as error:  # offline, or the hub is unreachable
-            raise RuntimeError(
+            from drgrpo.errors import RecipeError
+
+            raise RecipeError(
                 f"Cannot load {dataset_name} ({split}) from the hub: {error}. Without hub access, download the "
                 "benchmark file elsewhere and pass it with --data FILE (the preset still picks the columns)."
             ) from error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -10,9 +11,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from drgrpo.eos import extra_eos_token_ids
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
+from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
 from drgrpo.evaluation.grading import CORRECT, answer_extraction_mode, answers_equivalent, grade_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
@@ -48,7 +51,10 @@ class EvalArguments:
     max_problems: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems (None: all)."})
     recipe: str | None = field(
         default=None,
-        metadata={"help": "Training recipe YAML whose prompt_template, system_prompt, chat_template_kwargs to use."},
+        metadata={
+            "help": "Training recipe YAML whose prompt_template, system_prompt, chat_template_kwargs (and, for code "
+            "benchmarks, code_* sandbox limits) to use."
+        },
     )
     prompt_template: str | None = field(
         default=None,
@@ -58,6 +64,13 @@ class EvalArguments:
     chat_template_kwargs: str | None = field(
         default=None,
         metadata={"help": "JSON object passed to the chat template, e.g. '{\"enable_thinking\": false}'."},
+    )
+    extra_eos_tokens: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Tokens that also end a completion, besides the model's own eos, e.g. '<|im_end|>' (default: "
+            "the recipe's extra_eos_tokens). Each must be a single token of the model's tokenizer."
+        },
     )
     answer_extraction_mode: str | None = field(
         default=None,
@@ -120,6 +133,7 @@ class ResolvedBenchmark:
     name: str
     problems: list[Problem]
     source: str
+    answer_format: str = "auto"
 
 
 def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
@@ -152,16 +166,19 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
     problems = problems_from_rows(rows, question_column, answer_column, answer_format, source=source)
     if not problems:
         raise ValueError(f"{source} has no rows to evaluate.")
-    return ResolvedBenchmark(name=name, problems=problems, source=source)
+    return ResolvedBenchmark(name=name, problems=problems, source=source, answer_format=answer_format)
 
 
 _DATA_SUFFIXES = {".jsonl", ".json", ".parquet", ".csv"}
-_TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs")
+_TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs", "extra_eos_tokens")
 
 
-def _recipe_mapping(recipe: str | Path) -> dict:
+def _recipe_settings(recipe: str | Path | None) -> dict:
+    """Every key of a training recipe YAML ({} without one)."""
     import yaml
 
+    if recipe is None:
+        return {}
     path = Path(recipe)
     if not path.is_file():
         raise FileNotFoundError(f"recipe {str(path)!r} not found.")
@@ -172,14 +189,15 @@ def _recipe_mapping(recipe: str | Path) -> dict:
 
 
 def recipe_prompt_settings(recipe: str | Path) -> dict:
-    """The prompt settings (template, system prompt, chat-template kwargs) of a training recipe YAML."""
-    settings = _recipe_mapping(recipe)
+    """The prompt settings (template, system prompt, chat-template kwargs, extra end-of-answer tokens) of a training
+    recipe YAML."""
+    settings = _recipe_settings(recipe)
     return {key: settings[key] for key in _TEMPLATE_KEYS if settings.get(key) is not None}
 
 
 def extraction_mode(args: EvalArguments) -> str:
     """The answer-extraction mode: the argument, else the recipe's, else the reward library's default."""
-    return answer_extraction_mode(args.answer_extraction_mode, _recipe_mapping(args.recipe) if args.recipe else {})
+    return answer_extraction_mode(args.answer_extraction_mode, _recipe_settings(args.recipe))
 
 
 def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
@@ -200,6 +218,14 @@ def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
         if not isinstance(kwargs, dict):
             raise ValueError("chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'.")
     return template, system_prompt, kwargs
+
+
+def _extra_eos_tokens(args: EvalArguments) -> list[str]:
+    """`--extra_eos_tokens`, else the recipe's: the same stop tokens as in training (docs/eos-tokens.md)."""
+    if args.extra_eos_tokens is not None:
+        return list(args.extra_eos_tokens)
+    tokens = recipe_prompt_settings(args.recipe).get("extra_eos_tokens") if args.recipe else None
+    return [tokens] if isinstance(tokens, str) else list(tokens or [])
 
 
 def read_samples(path: Path) -> list[dict]:
@@ -273,6 +299,9 @@ def run_evaluation(args: EvalArguments) -> dict:
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
     }
+    extra_eos_tokens = _extra_eos_tokens(args)
+    if extra_eos_tokens:  # only when set, so that evaluations written before the key existed still resume
+        config["extra_eos_tokens"] = extra_eos_tokens
     _check_config(output_dir, config, args.overwrite)
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
@@ -281,6 +310,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
+    extra_eos_ids = extra_eos_token_ids(tokenizer, extra_eos_tokens)  # an unknown token fails before the model loads
     built = build_prompts(tokenizer, [p.question for p in bench.problems], template, system_prompt, chat_kwargs)
     prompts = {p.index: prompt for p, prompt in zip(bench.problems, built, strict=True)}
     pending = [
@@ -294,20 +324,24 @@ def run_evaluation(args: EvalArguments) -> dict:
     if done:
         logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
     if pending:
-        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, mode)
+        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode)
 
     rows = read_samples(samples_path)
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
     if len(keys) != len(set(keys)):
         raise ValueError(f"{samples_path} has duplicate samples; rerun with --overwrite true.")
     summary = {**config, "backend": backend_name, **summarize(rows, args.n, answers_equivalent)}
+    if bench.answer_format == CODE_TESTS:  # programs have no answer to vote on
+        summary.pop(f"maj@{args.n}")
     (output_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
     (output_dir / SUMMARY_MD).write_text(summary_markdown(summary))
     summary["output_dir"] = str(output_dir)
     return summary
 
 
-def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, mode) -> None:
+def _generate_and_write(
+    args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+) -> None:
     from tqdm.auto import tqdm
 
     if backend_name == "vllm":
@@ -318,15 +352,23 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
             seed=args.seed,
+            extra_eos_ids=extra_eos_ids,
         )
         batch_size = args.batch_size or 1024
     else:
-        backend = TransformersBackend(args.model_name_or_path, tokenizer, dtype=args.dtype)
+        backend = TransformersBackend(args.model_name_or_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
         batch_size = args.batch_size or 32
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
     golds = {p.index: p.gold for p in bench.problems}
     questions = {p.index: p.question for p in bench.problems}
+    grade = functools.partial(grade_completions, extraction_mode=mode)
+    if bench.answer_format == CODE_TESTS:  # run the programs on the tests, with the training recipe's code limits
+        settings = code_settings(_recipe_settings(args.recipe))
+
+        def grade(completions, tests):
+            return grade_code_completions(completions, tests, settings)
+
     with (
         open(samples_path, "a") as out,
         tqdm(total=len(pending), desc=f"eval {bench.name}", unit="sample", disable=not args.progress) as bar,
@@ -334,7 +376,7 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
             generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
-            grades = grade_completions([g.text for g in generations], [golds[r.problem_index] for r in batch], mode)
+            grades = grade([g.text for g in generations], [golds[r.problem_index] for r in batch])
             lines = []
             for request, generation, (verdict, extracted) in zip(batch, generations, grades, strict=True):
                 row = {

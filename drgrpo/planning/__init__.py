@@ -2,9 +2,10 @@
 
 `plan_recipe(path, num_processes=...)` parses the recipe exactly as `scripts/train.py` does and reports, for that
 number of training processes:
-- prompts and completions per optimizer step and per generation round, and optimizer steps per generation round
-  (TRL 1.16's batch arithmetic, `GRPOConfig.__post_init__`, redone for the target world size);
-- whether every generation round and every optimizer step holds whole groups of `num_generations` completions;
+- prompts and completions per optimizer step and per rollout (generation round), and optimizer steps per rollout
+  (TRL 1.16's batch arithmetic, `GRPOConfig.__post_init__`, redone for the target world size), next to the
+  published run's for a recipe whose header names one ("Paper reproduction: Oat-Zero-1.5B");
+- whether every rollout and every optimizer step holds whole groups of `num_generations` completions;
 - whether `max_prompt_tokens + max_completion_length` fits the model's context (and vLLM's `max_model_len`);
 - per-GPU memory for the model states under ZeRO-2 and ZeRO-3, from DeepSpeed's own estimators and a parameter
   count computed from the model's `config.json` (a local folder, or `BUILTIN_MODEL_CONFIGS` for the hub models the
@@ -15,7 +16,10 @@ Every problem is a `Finding` with the fix spelled out. Errors make `scripts/plan
 
 Modules, each importing only the ones listed before it:
 - `findings`: `Finding`, one problem or caution with its key and fix;
+- `fit`: whole-number fixes (batch values that satisfy every batch rule at once, context lengths >= 1);
 - `batch`: TRL's batch arithmetic at a target world size;
+- `family`: the extra generation of dynamic sampling and the reference model of a KL in the reward (drgrpo/family.py);
+- `reference`: the published runs a recipe reproduces, with their schedule per rollout;
 - `model_size`: parameter counts from config.json fields (`BUILTIN_MODEL_CONFIGS` for the recipes' hub models);
 - `memory`: DeepSpeed's ZeRO model-state estimators;
 - `context`: prompt + completion against the model's context and vLLM's `max_model_len`;
@@ -27,6 +31,7 @@ Modules, each importing only the ones listed before it:
 from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.findings import Finding
+from drgrpo.planning.fit import keep_schedule_fix
 from drgrpo.planning.launch import (
     BATCH_KEYS,
     DEFAULT_GPUS_PER_NODE,
@@ -52,6 +57,7 @@ from drgrpo.planning.model_size import (
     with_defaults,
 )
 from drgrpo.planning.plan import PlanReport, plan_recipe
+from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, reference_findings
 from drgrpo.planning.report import format_report
 
 __all__ = [
@@ -69,12 +75,15 @@ __all__ = [
     "ModelSize",
     "NEUTRAL_BATCH",
     "PlanReport",
+    "REFERENCE_SCHEDULES",
+    "ReferenceSchedule",
     "WORLD_SIZE_PATTERN",
     "ZERO_STAGE_PATTERN",
     "batch_plan",
     "context_findings",
     "count_parameters",
     "format_report",
+    "keep_schedule_fix",
     "load_model_config",
     "lora_parameters",
     "model_size",
@@ -85,5 +94,6 @@ __all__ = [
     "read_accelerate_config",
     "read_header",
     "recipe_values",
+    "reference_findings",
     "with_defaults",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from drgrpo.planning.findings import Finding
+from drgrpo.planning.fit import context_fix
 
 
 def context_findings(
@@ -32,9 +33,8 @@ def context_findings(
                     "max_completion_length",
                     f"max_prompt_tokens {max_prompt_tokens} + max_completion_length {max_completion_length} = "
                     f"{needed} tokens exceed {name} ({limit}).",
-                    f"lower max_completion_length to {limit - max_prompt_tokens} or max_prompt_tokens to "
-                    f"{limit - max_completion_length}"
-                    + (" (or raise vllm_max_model_length)." if name == "vllm_max_model_length" else "."),
+                    context_fix(max_prompt_tokens, max_completion_length, limit)
+                    + ("; or raise vllm_max_model_length." if name == "vllm_max_model_length" else "."),
                 )
             )
     if vllm_max_model_length is not None and context_length is not None and vllm_max_model_length > context_length:

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from drgrpo.planning.reference import read_reproduced_run
+
 DEFAULT_GPUS_PER_NODE = 8
 WORLD_SIZE_PATTERN = re.compile(r"world size:\s*(\d+)", re.IGNORECASE)
 # Case-sensitive on purpose: "ZeRO-3" is DeepSpeed's stage, "Oat-Zero-1.5B" a model name.
@@ -35,7 +37,8 @@ class LaunchSetup:
 
 
 def read_header(path: str | Path) -> dict[str, Any]:
-    """World size, ZeRO stage and CPU-ness stated in the recipe's leading comment block."""
+    """World size, ZeRO stage, CPU-ness and the reproduced run ("Paper reproduction: NAME") stated in the recipe's
+    leading comment block."""
     lines = []
     for line in Path(path).read_text().splitlines():
         if not line.startswith("#"):
@@ -49,6 +52,7 @@ def read_header(path: str | Path) -> dict[str, Any]:
         "world_size": int(world.group(1)) if world else None,
         "zero_stage": int(stage.group(1)) if stage else None,
         "cpu": "cpu" in world_line.lower(),
+        "reproduces": read_reproduced_run(header),
     }
 
 

@@ -34,6 +34,17 @@ BUILTIN_MODEL_CONFIGS: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 4096,
         "tie_word_embeddings": True,
     },
+    "Qwen/Qwen2.5-Coder-7B-Instruct": {  # 7.62B parameters (model card)
+        "model_type": "qwen2",
+        "vocab_size": 152064,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": False,
+    },
 }
 # Decoder-only architectures with the Llama layout (q/k/v/o attention, gated MLP, RMSNorm) whose size
 # `count_parameters` computes exactly.

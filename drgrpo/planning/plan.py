@@ -9,7 +9,9 @@ from pathlib import Path
 
 from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
+from drgrpo.planning.family import DynamicSamplingPlan, dynamic_sampling_plan, family_findings
 from drgrpo.planning.findings import Finding
+from drgrpo.planning.fit import keep_schedule_fix
 from drgrpo.planning.launch import (
     LaunchSetup,
     _nodes_for,
@@ -20,6 +22,7 @@ from drgrpo.planning.launch import (
 )
 from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
 from drgrpo.planning.model_size import LLAMA_LAYOUT_TYPES, ModelSize, load_model_config, lora_parameters, model_size
+from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, reference_findings
 
 
 @dataclass
@@ -27,12 +30,14 @@ class PlanReport:
     recipe: str
     setup: LaunchSetup
     batch: BatchPlan | None = None
+    reference: ReferenceSchedule | None = None  # the published run the recipe reproduces, if its header names one
     size: ModelSize | None = None
     trainable_params: int | None = None
     memory: dict[int, MemoryEstimate] = field(default_factory=dict)
     vllm_bytes: int = 0
     gpu_memory_bytes: int = int(DEFAULT_GPU_MEMORY_GIB * GIB)
     findings: list[Finding] = field(default_factory=list)
+    dynamic_sampling: DynamicSamplingPlan | None = None  # the extra generation `dynamic_sampling: true` implies
 
     @property
     def errors(self) -> list[Finding]:
@@ -62,16 +67,24 @@ def plan_recipe(
     recipe = str(recipe)
     header = read_header(recipe)
     findings: list[Finding] = []
+    if num_processes is not None and num_processes < 1:
+        raise ValueError(f"--num_processes must be 1 or more (training processes), got {num_processes}.")
     if accelerate_config is not None:
         setup = read_accelerate_config(accelerate_config)
-        world = num_processes or setup.world_size
+        if setup.world_size < 1:
+            raise ValueError(f"{accelerate_config}: num_processes must be 1 or more, got {setup.world_size}.")
+        world = num_processes if num_processes is not None else setup.world_size
         nodes = num_nodes or (setup.num_nodes if world == setup.world_size else _nodes_for(world))
-        setup = replace(setup, world_size=world, num_nodes=nodes, gpus_per_node=max(1, world // nodes))
+        source = f"accelerate config {accelerate_config}"
+        if num_processes is not None:
+            source = f"world size from --num_processes, the rest from {source}"
+        setup = replace(setup, world_size=world, num_nodes=nodes, gpus_per_node=max(1, world // nodes), source=source)
     else:
-        world = num_processes or header["world_size"]
-        if world is None:
+        world = num_processes if num_processes is not None else header["world_size"]
+        if not world:
+            stated = "states no world size" if world is None else "states world size 0"
             raise ValueError(
-                f"{recipe} states no world size: add '# World size: N GPUs' to its header comment, or pass "
+                f"{recipe} {stated}: add '# World size: N GPUs' to its header comment, or pass "
                 "--num_processes N (or --accelerate_config FILE)."
             )
         nodes = 1 if header["cpu"] else num_nodes or _nodes_for(world)
@@ -81,6 +94,9 @@ def plan_recipe(
             gpus_per_node=max(1, world // nodes),
             zero_stage=header["zero_stage"],
             on_gpu=not header["cpu"],
+            source="recipe header"
+            if num_processes is None
+            else "world size from --num_processes, the rest from the recipe header",
         )
     script_args, args, model_args, batch = parse_for_planning(recipe, overrides)
     explicit = set(recipe_values(recipe, overrides))
@@ -96,7 +112,11 @@ def plan_recipe(
         num_iterations=args.num_iterations,
     )
     findings.extend(batch_findings)
-    findings.extend(_world_size_findings(recipe, header["world_size"], report.batch))
+    if args.dynamic_sampling and report.batch is not None:
+        report.dynamic_sampling = dynamic_sampling_plan(report.batch, args.dynamic_sampling_max_rounds)
+    findings.extend(family_findings(args))
+    findings.extend(_world_size_findings(recipe, header["world_size"], report.batch, batch))
+    findings.extend(_reference_findings(report, header["reproduces"]))
     if args.eval_strategy != "no":
         eval_generations = batch["num_generations_eval"] or batch["num_generations"]
         eval_batch = batch["per_device_eval_batch_size"] * setup.world_size
@@ -170,9 +190,29 @@ def plan_recipe(
     return report
 
 
-def _world_size_findings(recipe: str, header_world_size: int | None, plan: BatchPlan | None) -> list[Finding]:
-    """A warning when this world size changes the optimizer-step batch the recipe was written for (its header's
-    world size with the file's own batch keys); none when the overrides keep it."""
+def _reference_findings(report: PlanReport, reproduces: str | None) -> list[Finding]:
+    """Set `report.reference` from the header's "Paper reproduction: NAME" and compare the schedules."""
+    if reproduces is None:
+        return []
+    report.reference = REFERENCE_SCHEDULES.get(reproduces)
+    if report.reference is None:
+        return [
+            Finding(
+                "warning",
+                "schedule",
+                f"The header says the recipe reproduces {reproduces!r}, a run the planner has no schedule for "
+                f"(known: {', '.join(sorted(REFERENCE_SCHEDULES))}).",
+                "add its schedule to drgrpo.planning.reference.REFERENCE_SCHEDULES.",
+            )
+        ]
+    return reference_findings(report.batch, report.reference) if report.batch is not None else []
+
+
+def _world_size_findings(
+    recipe: str, header_world_size: int | None, plan: BatchPlan | None, batch: dict
+) -> list[Finding]:
+    """A warning when this world size changes the schedule the recipe was written for (its header's world size with
+    the file's own batch keys): completions per optimizer step or per rollout; none when the overrides keep both."""
     if header_world_size is None or plan is None or header_world_size == plan.world_size:
         return []
     from drgrpo.config import DrGRPOConfig
@@ -181,17 +221,28 @@ def _world_size_findings(recipe: str, header_world_size: int | None, plan: Batch
     defaults = {f.name: f.default for f in dataclasses.fields(DrGRPOConfig)}
     per_device = values.get("per_device_train_batch_size", defaults["per_device_train_batch_size"])
     accumulation = values.get("gradient_accumulation_steps", defaults["gradient_accumulation_steps"])
-    written = per_device * header_world_size * accumulation
-    if plan.completions_per_step == written:
+    written_step = per_device * header_world_size * accumulation
+    if values.get("generation_batch_size") is not None:
+        written_rollout = values["generation_batch_size"]
+    else:
+        written_rollout = per_device * header_world_size * values.get("steps_per_generation", accumulation)
+    if (plan.completions_per_step, plan.completions_per_round) == (written_step, written_rollout):
         return []
     return [
         Finding(
             "warning",
             "world size",
-            f"The recipe is written for world size {header_world_size} (its header): {written} completions per "
-            f"optimizer step; at {plan.world_size} processes it takes {plan.completions_per_step}.",
-            f"keep the recipe's batch by scaling gradient_accumulation_steps (or per_device_train_batch_size) by "
-            f"{header_world_size}/{plan.world_size} on the command line.",
+            f"The recipe is written for world size {header_world_size} (its header): {written_step} completions per "
+            f"optimizer step, {written_rollout} per rollout; at {plan.world_size} processes it takes "
+            f"{plan.completions_per_step} and {plan.completions_per_round}.",
+            keep_schedule_fix(
+                per_device,
+                written_step,
+                written_rollout,
+                plan.world_size,
+                num_generations=plan.num_generations,
+                generation_batch_size=batch["generation_batch_size"],
+            ),
         )
     ]
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from drgrpo.planning.batch import BatchPlan
+from drgrpo.planning.family import dynamic_sampling_lines
 from drgrpo.planning.memory import GIB
 from drgrpo.planning.plan import PlanReport
+from drgrpo.planning.reference import ReferenceSchedule
 
 
 def _fraction(value: Fraction) -> str:
@@ -24,12 +27,16 @@ def format_report(report: PlanReport) -> str:
             "Batch:",
             f"  per optimizer step:    {_fraction(batch.prompts_per_step)} prompts x {batch.num_generations} = "
             f"{batch.completions_per_step} completions",
-            f"  per generation round:  {_fraction(batch.prompts_per_round)} prompts x {batch.num_generations} = "
-            f"{batch.completions_per_round} completions",
-            f"  optimizer steps per generation round: {_fraction(batch.optimizer_steps_per_round)} "
-            f"(steps_per_generation {batch.steps_per_generation}, num_iterations {batch.num_iterations}, "
+            f"  per rollout:           {_fraction(batch.prompts_per_round)} prompts x {batch.num_generations} = "
+            f"{batch.completions_per_round} completions (one generation round)",
+            f"  optimizer steps per rollout: {_fraction(batch.optimizer_steps_per_round)} "
+            f"(steps_per_generation {batch.steps_per_generation} x num_iterations {batch.num_iterations} / "
             f"gradient_accumulation_steps {batch.gradient_accumulation_steps})",
         ]
+        if report.reference is not None:
+            lines += _reference_lines(batch, report.reference)
+        if report.dynamic_sampling is not None:
+            lines += dynamic_sampling_lines(report.dynamic_sampling)
     if report.size is not None:
         size = report.size
         lines.append(
@@ -61,3 +68,22 @@ def format_report(report: PlanReport) -> str:
         lines.append(str(finding))
     lines.append("OK" if report.ok else f"{len(report.errors)} error(s)")
     return "\n".join(lines)
+
+
+def _reference_lines(batch: BatchPlan, reference: ReferenceSchedule) -> list[str]:
+    """The reproduced run's schedule beside the recipe's, one quantity a line."""
+    rows = [
+        ("prompts x samples per rollout", f"{_fraction(batch.prompts_per_round)} x {batch.num_generations}",
+         f"{reference.prompts_per_rollout} x {reference.num_generations}"),
+        ("completions per optimizer step", str(batch.completions_per_step), str(reference.completions_per_step)),
+        ("optimizer steps per rollout", _fraction(batch.optimizer_steps_per_round),
+         _fraction(reference.optimizer_steps_per_rollout)),
+        ("passes over a rollout", str(batch.num_iterations), str(reference.num_iterations)),
+    ]  # fmt: skip
+    lines = [
+        f"Schedule beside the paper's run, {reference.name} ({reference.source}):",
+        f"  {'':32}{'ours':>10}{'paper':>10}",
+    ]
+    for what, ours, paper in rows:
+        lines.append(f"  {what:32}{ours:>10}{paper:>10}{'' if ours == paper else '  <- differs'}")
+    return lines

@@ -14,6 +14,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from drgrpo.errors import run_main
 from drgrpo.launch import slurm_job, train_command, vllm_server_command
 from drgrpo.planning import format_report, plan_recipe
 
@@ -67,4 +68,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

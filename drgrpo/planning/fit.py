@@ -1,0 +1,273 @@
+"""Batch settings that fit a world size: whole numbers that satisfy every batch rule at once (pure).
+
+The planner's fixes come from here, so that a suggestion is never a fraction ("scale by 8/3"), never negative, and
+never one that fixes one divisibility rule while breaking another. The rules are TRL 1.16's
+(`GRPOConfig.__post_init__`) plus ours; `batch_rules_hold` states them all, and `batch.batch_plan` explains each one
+that fails.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import NamedTuple
+
+MAX_SEARCH = 4096  # per-device batch sizes and multiples tried before giving up (the recipes use 1-64)
+
+
+class ScheduleChoice(NamedTuple):
+    """Per-device batch, accumulation and generation steps (None: set by generation_batch_size) at a world size."""
+
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    steps_per_generation: int | None
+
+    def completions_per_step(self, world_size: int) -> int:
+        return self.per_device_train_batch_size * world_size * self.gradient_accumulation_steps
+
+
+def batch_rules_hold(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    *,
+    steps_per_generation: int | None = None,
+    generation_batch_size: int | None = None,
+) -> bool:
+    """Whether TRL starts with these values at `world_size` and every optimizer step holds whole groups.
+
+    1. num_generations >= 2 (a group of one has no baseline);
+    2. at most one of steps_per_generation and generation_batch_size is set (TRL);
+    3. generation_batch_size, when set, is a multiple of per_device x world (TRL);
+    4. a generation round (per_device x world x steps_per_generation) holds whole groups (TRL);
+    5. an optimizer step (per_device x world x gradient_accumulation_steps) holds whole groups (ours: a group split
+       over two updates no longer has zero-sum advantages in each).
+    """
+    if min(world_size, per_device_train_batch_size, gradient_accumulation_steps) < 1 or num_generations < 2:
+        return False
+    if steps_per_generation is not None and generation_batch_size is not None:
+        return False
+    local = per_device_train_batch_size * world_size
+    if generation_batch_size is not None:
+        if generation_batch_size % local:
+            return False
+        steps = generation_batch_size // local
+    else:
+        steps = steps_per_generation if steps_per_generation is not None else gradient_accumulation_steps
+    return (local * steps) % num_generations == 0 and (local * gradient_accumulation_steps) % num_generations == 0
+
+
+def nearest_per_device(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    *,
+    steps_per_generation: int | None = None,
+    generation_batch_size: int | None = None,
+) -> tuple[int | None, int | None]:
+    """The per_device_train_batch_size values nearest to the given one, (below, above), for which every rule holds
+    with the other keys unchanged; None where there is none (below: none >= 1; above: none within `MAX_SEARCH`)."""
+
+    def fits(per_device: int) -> bool:
+        return batch_rules_hold(
+            world_size,
+            per_device,
+            gradient_accumulation_steps,
+            num_generations,
+            steps_per_generation=steps_per_generation,
+            generation_batch_size=generation_batch_size,
+        )
+
+    below = next((p for p in range(per_device_train_batch_size - 1, 0, -1) if fits(p)), None)
+    above = next((p for p in range(per_device_train_batch_size + 1, MAX_SEARCH + 1) if fits(p)), None)
+    return below, above
+
+
+def generation_batch_fix(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    generation_batch_size: int,
+) -> tuple[int, int]:
+    """(per_device_train_batch_size, generation_batch_size) for which every rule holds, when the recipe's
+    generation_batch_size fits no per-device batch.
+
+    The per-device batch is the nearest multiple of G / gcd(G, world x accumulation) (an optimizer step of whole
+    groups); generation_batch_size the smallest multiple of lcm(per_device x world, G) not below the recipe's (whole
+    per-device batches, and whole groups, in every round).
+    """
+    step = num_generations // math.gcd(num_generations, world_size * gradient_accumulation_steps)
+    lower = per_device_train_batch_size // step * step
+    upper = lower + step if lower != per_device_train_batch_size else lower
+    closer_lower = lower >= 1 and per_device_train_batch_size - lower <= upper - per_device_train_batch_size
+    per_device = lower if closer_lower else upper
+    unit = math.lcm(per_device * world_size, num_generations)
+    return per_device, max(unit, -(-generation_batch_size // unit) * unit)
+
+
+def choice_for_schedule(
+    world_size: int,
+    completions_per_step: int,
+    completions_per_rollout: int,
+    num_generations: int,
+    per_device_limit: int,
+    *,
+    generation_batch_size: int | None = None,
+) -> ScheduleChoice | None:
+    """Whole per-device batch, accumulation and generation steps giving exactly `completions_per_step` per optimizer
+    step and `completions_per_rollout` per rollout at `world_size`, with every batch rule holding; None if none does.
+
+    The per-device batch is the largest up to `per_device_limit` (the recipe's, so memory per micro-step does not
+    grow), else the smallest above it. With `generation_batch_size` set, the rollout is that key (it does not depend
+    on the world size), so only the step is split and steps_per_generation stays unset (TRL refuses both).
+    """
+    if completions_per_step < 1 or completions_per_step % world_size:
+        return None
+    if generation_batch_size is None and completions_per_rollout % world_size:
+        return None
+    per_process = completions_per_step // world_size
+    candidates = [*range(min(per_device_limit, per_process), 0, -1), *range(per_device_limit + 1, per_process + 1)]
+    for per_device in candidates:
+        if per_process % per_device:
+            continue
+        steps = None
+        if generation_batch_size is None:
+            if (completions_per_rollout // world_size) % per_device:
+                continue
+            steps = completions_per_rollout // world_size // per_device
+        choice = ScheduleChoice(per_device, per_process // per_device, steps)
+        if batch_rules_hold(
+            world_size,
+            choice.per_device_train_batch_size,
+            choice.gradient_accumulation_steps,
+            num_generations,
+            steps_per_generation=steps,
+            generation_batch_size=generation_batch_size,
+        ):
+            return choice
+    return None
+
+
+def nearest_schedules(
+    world_size: int,
+    completions_per_step: int,
+    completions_per_rollout: int,
+    num_generations: int,
+    per_device_limit: int,
+    *,
+    generation_batch_size: int | None = None,
+) -> tuple[tuple[int, int, ScheduleChoice] | None, tuple[int, int, ScheduleChoice] | None]:
+    """The schedules nearest to the given one (below, above) that `world_size` processes can run with whole numbers
+    and every rule holding, as (completions per step, per rollout, choice); None where none is found.
+
+    They keep the optimizer steps per rollout (the rollout scales with the step; with `generation_batch_size` the
+    rollout stays). A step holding whole groups on every process is a multiple of lcm(world_size, num_generations),
+    so those are tried.
+    """
+    unit = math.lcm(world_size, num_generations)
+    ratio = Fraction(completions_per_rollout, completions_per_step)
+
+    def found(step: int) -> tuple[int, int, ScheduleChoice] | None:
+        rollout = completions_per_rollout if generation_batch_size is not None else step * ratio
+        if isinstance(rollout, Fraction):
+            if rollout.denominator != 1:
+                return None
+            rollout = rollout.numerator
+        choice = choice_for_schedule(
+            world_size,
+            step,
+            rollout,
+            num_generations,
+            per_device_limit,
+            generation_batch_size=generation_batch_size,
+        )
+        return None if choice is None else (step, rollout, choice)
+
+    first_below = (completions_per_step - 1) // unit * unit
+    below = next((r for t in range(first_below, 0, -unit) if (r := found(t))), None)
+    first_above = (completions_per_step // unit + 1) * unit
+    above = next((r for t in range(first_above, first_above + MAX_SEARCH * unit, unit) if (r := found(t))), None)
+    return below, above
+
+
+def schedule_flags(choice: ScheduleChoice, per_device: int) -> str:
+    """The overrides that set `choice`: the per-device batch when it changes, then the step counts."""
+    flags = []
+    if choice.per_device_train_batch_size != per_device:
+        flags.append(f"--per_device_train_batch_size {choice.per_device_train_batch_size}")
+    flags.append(f"--gradient_accumulation_steps {choice.gradient_accumulation_steps}")
+    if choice.steps_per_generation is not None:
+        flags.append(f"--steps_per_generation {choice.steps_per_generation}")
+    return " ".join(flags)
+
+
+def keep_schedule_fix(
+    per_device: int,
+    completions_per_step: int,
+    completions_per_rollout: int,
+    world: int,
+    whose: str = "the recipe's",
+    *,
+    num_generations: int,
+    generation_batch_size: int | None = None,
+) -> str:
+    """The command-line overrides that keep `completions_per_step` and `completions_per_rollout` at `world`
+    processes in whole numbers with every batch rule holding; else why that cannot be, and the nearest schedules
+    (same optimizer steps per rollout) that can, each with its overrides."""
+    keys = {"generation_batch_size": generation_batch_size}
+    choice = choice_for_schedule(
+        world, completions_per_step, completions_per_rollout, num_generations, per_device, **keys
+    )
+    if choice is not None:
+        return f"keep {whose} schedule with {schedule_flags(choice, per_device)}."
+    below, above = nearest_schedules(
+        world, completions_per_step, completions_per_rollout, num_generations, per_device, **keys
+    )
+    nearest = " or ".join(
+        f"{step} per step and {rollout} per rollout ({schedule_flags(option, per_device)})"
+        for step, rollout, option in (found for found in (below, above) if found is not None)
+    )
+    if completions_per_step % world:
+        why = f"{completions_per_step} is not a multiple of {world} processes"
+    elif generation_batch_size is None and completions_per_rollout % world:
+        why = f"{completions_per_rollout} is not a multiple of {world} processes"
+    else:
+        why = f"no whole per-device batch gives both in whole groups of {num_generations}"
+    return (
+        f"{whose} schedule ({completions_per_step} completions per optimizer step, {completions_per_rollout} per "
+        f"rollout) cannot be kept at {world} processes ({why}); the nearest that fit, with the same optimizer steps "
+        f"per rollout: {nearest or 'none found'}."
+    )
+
+
+def context_fix(max_prompt_tokens: int, max_completion_length: int, limit: int) -> str:
+    """The fix for prompt + completion exceeding a `limit` of tokens: only values that are >= 1 and fit.
+
+    A completion needs at least one token and so does a prompt: lowering max_completion_length is offered only when
+    max_prompt_tokens leaves room for one (limit - max_prompt_tokens >= 1), and the same for max_prompt_tokens.
+    """
+    completion_room = limit - max_prompt_tokens
+    prompt_room = limit - max_completion_length
+    if completion_room >= 1 and prompt_room >= 1:
+        return f"lower max_completion_length to {completion_room} or max_prompt_tokens to {prompt_room}"
+    if completion_room >= 1:
+        return (
+            f"lower max_completion_length to {completion_room} (at {max_completion_length} it fills the {limit} tokens "
+            "alone, so no max_prompt_tokens fits)"
+        )
+    if prompt_room >= 1:
+        return (
+            f"lower max_prompt_tokens to {prompt_room} (at {max_prompt_tokens} it fills the {limit} tokens alone, so "
+            "no max_completion_length fits)"
+        )
+    if limit < 2:
+        return f"a limit of {limit} token(s) holds no prompt and completion: raise it"
+    prompt = max(1, limit // 4)
+    return (
+        f"max_prompt_tokens {max_prompt_tokens} and max_completion_length {max_completion_length} each fill the "
+        f"{limit} tokens alone, so changing one of them cannot fit; lower both so that they sum to at most {limit} "
+        f"(e.g. max_prompt_tokens {prompt} and max_completion_length {limit - prompt})"
+    )

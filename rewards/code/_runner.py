@@ -1,0 +1,391 @@
+"""The sandbox runner: a process that sets up the isolation once, then runs programs one at a time.
+
+Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty environment. Protocol (both ways):
+4-byte big-endian length + pickle, as in `rewards._worker`. In order:
+
+1. `B` (this process) unshares a user, mount, network and pid namespace. Unprivileged, it maps its own uid/gid to
+   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 65534 1` (only a
+   process with CAP_SETUID outside may map two ids), and waits for `("mapped",)`.
+2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
+   program dies with `R`), and waits for it. `R` makes every mount private and read-only, covers the `HIDDEN`
+   folders (`/proc`, `/run`, `/tmp`, `/dev/shm`, `/home`, `/root`, ...) with empty tmpfs (the interpreter's own
+   folder is bound back, read-only, if it lives under one of them or under a folder others cannot enter), mounts a
+   fresh writable tmpfs on `/tmp` for the work folders and answers `("ready", info)`.
+3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
+   (own session, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment, stdin from a memfd),
+   reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every process of the
+   namespace (`kill(-1, SIGKILL)`), reaps them, deletes the folder and answers `(job_id, result)`.
+
+Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
+still drops to uid 65534 when `B` is root, but it shares the network and pid namespace of the host (see
+docs/code-rewards.md). Nothing here imports anything beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import pickle
+import resource
+import select
+import shutil
+import signal
+import stat
+import struct
+import sys
+import time
+
+_HEADER = struct.Struct(">I")
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (generic syscall table, Linux 5.12)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PROGRAM_ID = 65534  # uid and gid of every program (nobody/nogroup)
+HIDDEN = ("/proc", "/run", "/tmp", "/dev/shm", "/home", "/root", "/mnt", "/media", "/srv")
+STDERR_KEEP = 2048  # bytes of stderr kept for the result (the tail: where Python puts the exception)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64)]
+    _fields_ += [("userns_fd", ctypes.c_uint64)]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    encode = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
+
+
+def _send(out, message: tuple) -> None:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_HEADER.pack(len(payload)) + payload)
+
+
+def _read_exact(stream, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _receive(stream):
+    header = _read_exact(stream, _HEADER.size)
+    if header is None:
+        return None
+    payload = _read_exact(stream, _HEADER.unpack(header)[0])
+    return None if payload is None else pickle.loads(payload)
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Isolation set-up (B, then R)
+
+
+def _unshare(stdin, out, disabled: bool = False) -> str:
+    """Enter new user/mount/net/pid namespaces with the uid map; 'namespaces', or raise OSError."""
+    if disabled:  # DRGRPO_SANDBOX_NO_NAMESPACES: behave as on a kernel that forbids them
+        raise OSError(errno.EPERM, "namespaces disabled by DRGRPO_SANDBOX_NO_NAMESPACES")
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+    if uid == 0:
+        _send(out, ("map", os.getpid()))  # the parent (root outside) writes 0->0 and 65534->65534
+        reply = _receive(stdin)
+        if reply != ("mapped",):
+            raise OSError(errno.EPERM, f"the parent could not write the uid map: {reply!r}")
+    else:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{PROGRAM_ID} {uid} 1\n")
+        _write("/proc/self/gid_map", f"{PROGRAM_ID} {gid} 1\n")
+    return "namespaces"
+
+
+def _expose(real: str) -> bool:
+    """Make folder `real` reachable if a hidden or non-searchable folder is above it; whether a bind is needed."""
+    parts = real.strip("/").split("/")
+    for depth in range(1, len(parts)):
+        ancestor = "/" + "/".join(parts[:depth])
+        if ancestor in HIDDEN or not os.stat(ancestor).st_mode & stat.S_IXOTH:
+            if ancestor not in HIDDEN:
+                _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+            os.makedirs(real, mode=0o755, exist_ok=True)
+            return True
+    return False
+
+
+def _read_only(mount_points: list[str]) -> None:
+    """Every mount read-only: one recursive `mount_setattr` (Linux 5.12+), else a bind remount of each."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    if _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+        return
+    for target in sorted(mount_points, key=len):
+        try:
+            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        except OSError:
+            pass  # a mount that cannot be remounted (it may be covered); checked below
+    if os.access("/usr", os.W_OK) or os.access("/", os.W_OK):
+        raise OSError(errno.EPERM, "could not make the file system read-only")
+
+
+def _isolate_filesystem(expose: list[str], tmpfs_mb: int) -> None:
+    """Private mounts, hidden folders, everything read-only, a writable tmpfs (/tmp) for the work folders."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    with open("/proc/self/mounts") as f:
+        mount_points = [line.split()[1].replace("\\040", " ") for line in f]
+    # Bind sources are opened before the folders above them (or /proc, which names them) are covered.
+    sources = {os.path.realpath(p): os.open(os.path.realpath(p), os.O_PATH | os.O_DIRECTORY) for p in expose}
+    for path in HIDDEN:
+        if path != "/proc" and os.path.isdir(path) and not os.path.islink(path):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+    for real, fd in sources.items():
+        if _expose(real):
+            _mount(f"/proc/self/fd/{fd}", real, None, MS_BIND | MS_REC)
+        os.close(fd)
+    _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+    _read_only(mount_points + [p for p in HIDDEN if os.path.isdir(p)] + list(sources))
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0755")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One program (R)
+
+
+def _set_limits(limits: dict, extra_processes: int) -> None:
+    cpu = int(limits["cpu_seconds"])
+    memory = limits["memory_mb"] * 1024 * 1024
+    for name, value in (
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_AS, (memory, memory)),
+        (resource.RLIMIT_NPROC, (limits["max_processes"] + extra_processes,) * 2),
+        (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
+        (resource.RLIMIT_FSIZE, (limits["max_file_bytes"],) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ):
+        resource.setrlimit(name, value)
+
+
+def _exec_program(job: dict, workdir: str, stdin_fd: int, out_w: int, err_w: int, state: dict) -> None:
+    """In the forked child: drop everything, then exec the interpreter on the program. Never returns."""
+    try:
+        os.setsid()
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)
+        os.chdir(workdir)
+        if state["mode"] == "namespaces" or os.geteuid() == 0:
+            if state["mode"] != "namespaces" or state["root"]:
+                os.setgroups([])
+            os.setresgid(PROGRAM_ID, PROGRAM_ID, PROGRAM_ID)
+            os.setresuid(PROGRAM_ID, PROGRAM_ID, PROGRAM_ID)
+        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _set_limits(job["limits"], state["extra_processes"])
+        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        python = job["python"]
+        os.execve(python, [python, *job["python_args"], "main.py"], env)
+    except BaseException as exc:  # noqa: BLE001 - report through stderr, exit with a code the parent recognises
+        try:
+            os.write(2, f"sandbox: cannot start the program: {exc!r}".encode())
+        finally:
+            os._exit(126)
+
+
+def _kill_all(state: dict, pgid: int) -> None:
+    """Kill what the program left: every process of the namespace (R is its init), else its process group."""
+    if os.getpid() == 1:
+        try:
+            os.kill(-1, signal.SIGKILL)  # from a namespace's init: every other process in it, never outside it
+        except ProcessLookupError:
+            pass
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _reap(pid: int, block_s: float) -> int | None:
+    """The wait status of `pid` (within `block_s`), reaping every other exited child on the way."""
+    status = None
+    deadline = time.monotonic() + block_s
+    while True:
+        try:
+            done, code = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if done == pid:
+            status = code
+        if done == 0:
+            if status is not None or time.monotonic() > deadline:
+                return status
+            time.sleep(0.002)
+
+
+def run_job(job: dict, state: dict) -> dict:
+    """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`."""
+    limits = job["limits"]
+    workdir = os.path.join(state["work_root"], str(job["id"]))
+    os.mkdir(workdir, 0o700)
+    try:
+        with open(os.path.join(workdir, "main.py"), "wb") as f:
+            f.write(job["program"])
+        if state["mode"] == "namespaces" or state["root"]:
+            os.chown(workdir, PROGRAM_ID, PROGRAM_ID)
+            os.chown(os.path.join(workdir, "main.py"), PROGRAM_ID, PROGRAM_ID)
+        stdin_fd = os.memfd_create("stdin")
+        os.write(stdin_fd, job["stdin"])
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _exec_program(job, workdir, stdin_fd, out_w, err_w, state)
+        for fd in (stdin_fd, out_w, err_w):
+            os.close(fd)
+        return _supervise(pid, out_r, err_r, limits, start, state)
+    finally:
+        _wipe(state["work_root"] if state["mode"] == "namespaces" else workdir)
+
+
+def _wipe(path: str) -> None:
+    """Delete `path`, or (the namespace's own /tmp, which programs can write to when unprivileged) its contents."""
+    if path != "/tmp":
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.unlink(entry.path)
+
+
+def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> dict:
+    deadline = start + limits["timeout"]
+    stdout, stderr = bytearray(), bytearray()
+    open_fds = {out_r, err_r}
+    pidfd = os.pidfd_open(pid)
+    status, exited = "ok", False
+    try:
+        while open_fds or not exited:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                status = "timeout"
+                break
+            readable, _, _ = select.select([*open_fds, *([] if exited else [pidfd])], [], [], remaining)
+            if pidfd in readable:
+                exited = True
+                _kill_all(state, pid)  # the program is done: whatever it started goes too (and closes the pipes)
+            for fd in (out_r, err_r):
+                if fd not in readable:
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    open_fds.discard(fd)
+                elif fd == out_r:
+                    stdout += chunk
+                else:
+                    stderr = (stderr + chunk)[-STDERR_KEEP:]
+            if len(stdout) > limits["max_output_bytes"]:
+                status = "output_limit"
+                break
+    finally:
+        _kill_all(state, pid)
+        wait_status = _reap(pid, 5.0)
+        for fd in (out_r, err_r, pidfd):
+            os.close(fd)
+    wall = time.monotonic() - start
+    if status == "ok":
+        if wait_status is None:
+            status = "sandbox_error"
+        elif os.WIFSIGNALED(wait_status):
+            status = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
+        elif os.WEXITSTATUS(wait_status) == 126 and stderr.startswith(b"sandbox: "):
+            status = "sandbox_error"
+        elif os.WEXITSTATUS(wait_status) != 0:
+            status = "crash"
+    exit_code = None
+    if wait_status is not None:
+        exit_code = -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status)
+    return {
+        "status": status,
+        "exit_code": exit_code,
+        "stdout": bytes(stdout[: limits["max_output_bytes"]]),
+        "stderr": bytes(stderr),
+        "wall_s": wall,
+    }
+
+
+def _serve(stdin, out, state: dict) -> None:
+    _send(out, ("ready", {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}))
+    while True:
+        job = _receive(stdin)
+        if job is None:
+            return
+        try:
+            result = run_job(job, state)
+        except Exception as exc:  # noqa: BLE001 - an error of the sandbox itself, reported per job
+            result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": repr(exc).encode()}
+            result["wall_s"] = 0.0
+        _send(out, (job["id"], result))
+
+
+def main() -> None:
+    config = pickle.loads(bytes.fromhex(sys.argv[1]))
+    stdin = sys.stdin.buffer
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the trainer, which closes the sandbox
+    if config["die_with_parent"]:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() == 1:
+            os._exit(0)
+    root = os.geteuid() == 0
+    state = {"mode": "fallback", "root": root, "extra_processes": 0, "work_root": config["fallback_dir"]}
+    try:
+        state["mode"] = _unshare(stdin, out, config.get("no_namespaces", False))
+    except OSError as exc:
+        if not config["allow_fallback"]:
+            _send(out, ("unavailable", str(exc)))
+            return
+        state["unshare_error"] = str(exc)
+    if state["mode"] == "namespaces":
+        # Unprivileged, B and R share uid 65534 of the namespace with the programs and count towards its
+        # process limit.
+        state["extra_processes"] = 0 if root else 2
+        child = os.fork()
+        if child:  # B: wait for R, then leave with it
+            os.close(stdin.fileno())
+            _, wait_status = os.waitpid(child, 0)
+            os._exit(os.waitstatus_to_exitcode(wait_status) & 0xFF)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # R dies with B
+        try:
+            _isolate_filesystem(config["expose"], config["tmpfs_mb"])
+        except OSError as exc:
+            _send(out, ("unavailable", f"filesystem isolation failed: {exc}"))
+            return
+        state["work_root"] = "/tmp"  # the runner's own tmpfs, invisible outside its mount namespace
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
+    _serve(stdin, out, state)

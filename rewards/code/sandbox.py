@@ -1,0 +1,400 @@
+"""`Sandbox`: run untrusted programs on this machine, offline, each as a fresh unprivileged process under limits.
+
+What a program gets (docs/code-rewards.md has the full list of guarantees and non-guarantees):
+- its own session and process group, uid/gid 65534 with no capabilities and `no_new_privs` (never root, even when
+  the trainer is root: the kernel does not apply the process limit to root);
+- a network namespace of its own runner with no interface up (no network, not even 127.0.0.1 of the host), a pid
+  namespace (it cannot see or signal any process outside it; everything it starts dies with the test), a mount
+  namespace in which the whole file system is read-only and /proc, /run, /tmp, /dev/shm, /home, /root are empty;
+- a fresh working folder on a private tmpfs (deleted after the test), an empty environment (PATH, HOME, LANG only),
+  stdin from the test;
+- limits: wall seconds (`timeout`), CPU seconds, address space, processes/threads, open files, file size, output.
+
+Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
+and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
+`allow_network_fallback` is set; then programs still run as uid 65534 (when the trainer is root) under the same
+rlimits, but share the host's network and pid namespace, and a warning says so once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import math
+import os
+import pickle
+import queue
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import wait as wait_readable
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">I")
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+_BOOT = "import sys; sys.path.insert(0, sys.argv[2]); from rewards.code._runner import main; main()"
+# Seconds beyond a program's own timeout before its runner is considered hung and killed (set-up + clean-up).
+RUNNER_GRACE_S = 10.0
+START_TIMEOUT_S = 30.0
+STATUSES = ("ok", "crash", "timeout", "output_limit", "sandbox_error")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot isolate programs here (no namespaces and no fallback allowed, or no usable interpreter)."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-program limits. `cpu_seconds` None: `ceil(timeout) + 1` (wall time is the binding limit)."""
+
+    timeout: float = 5.0
+    memory_mb: int = 512
+    max_processes: int = 16
+    max_open_files: int = 64
+    max_output_bytes: int = 1 << 20
+    max_file_bytes: int = 16 << 20
+    cpu_seconds: int | None = None
+
+    def __post_init__(self) -> None:
+        for key, value in asdict(self).items():
+            if value is not None and value <= 0:
+                raise ValueError(f"Sandbox limit {key} must be positive, got {value}.")
+
+    def for_runner(self) -> dict:
+        limits = asdict(self)
+        limits["cpu_seconds"] = self.cpu_seconds or math.ceil(self.timeout) + 1
+        return limits
+
+
+@dataclass
+class RunResult:
+    """What one program did: `status` is ok (exit 0), crash (non-zero exit or signal), timeout (wall or CPU time),
+    output_limit (printed more than allowed) or sandbox_error (the sandbox failed, not the program)."""
+
+    status: str
+    exit_code: int | None
+    stdout: bytes
+    stderr: bytes
+    wall_s: float
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode("utf-8", errors="replace")
+
+
+def default_program_python() -> tuple[str, list[str]]:
+    """The interpreter programs run with: this Python's base installation (stdlib only, `-I -S`), and the folder
+    the sandbox must make reachable for it (its prefix)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    python = os.path.join(sys.base_prefix, "bin", version)
+    if not os.path.exists(python):
+        python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    return python, [sys.base_prefix]
+
+
+def _write_id_maps(pid: int) -> None:
+    """Root outside: map root (the runner) and 65534 (the programs) into the runner's new user namespace."""
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{pid}/{name}", "w") as f:
+            f.write("0 0 1\n65534 65534 1\n")
+
+
+class _Runner:
+    """One runner process (see `rewards.code._runner`), talking over its stdin/stdout."""
+
+    def __init__(self, config: dict) -> None:
+        config = {**config, "die_with_parent": threading.current_thread() is threading.main_thread()}
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", _BOOT, pickle.dumps(config).hex(), _PACKAGE_ROOT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={},
+            close_fds=True,
+            start_new_session=True,
+            bufsize=0,
+        )
+        self.info: dict = {}
+        try:
+            message = self._receive(START_TIMEOUT_S)
+            if message and message[0] == "map":
+                try:
+                    _write_id_maps(message[1])
+                    self._send(("mapped",))
+                except OSError as exc:
+                    self._send(("failed", str(exc)))
+                message = self._receive(START_TIMEOUT_S)
+        except BaseException:
+            self.kill()
+            raise
+        if not message or message[0] != "ready":
+            self.kill()
+            reason = message[1] if message and message[0] == "unavailable" else f"runner exited ({message!r})"
+            raise SandboxUnavailable(reason)
+        self.info = message[1]
+
+    def _send(self, message: tuple) -> None:
+        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self.process.stdin.write(_HEADER.pack(len(payload)) + payload)
+
+    def _read_exact(self, size: int, timeout: float) -> bytes | None:
+        data = b""
+        fd = self.process.stdout.fileno()
+        while len(data) < size:
+            if not wait_readable([fd], timeout):
+                raise TimeoutError("sandbox runner did not answer")
+            chunk = os.read(fd, size - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def _receive(self, timeout: float):
+        header = self._read_exact(_HEADER.size, timeout)
+        if header is None:
+            return None
+        payload = self._read_exact(_HEADER.unpack(header)[0], timeout)
+        return None if payload is None else pickle.loads(payload)
+
+    def run(self, job: dict) -> dict:
+        self._send(job)
+        message = self._receive(job["limits"]["timeout"] + RUNNER_GRACE_S)
+        if message is None:
+            raise RuntimeError(f"sandbox runner exited (code {self.process.poll()})")
+        job_id, result = message
+        if job_id != job["id"]:
+            raise RuntimeError("sandbox runner answered out of order")
+        return result
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, 9)  # B and R (R also dies with B); programs die with R
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _close_runners(runners: list[_Runner], fallback_dir: str) -> None:
+    for runner in runners:
+        runner.kill()
+    runners.clear()
+    shutil.rmtree(fallback_dir, ignore_errors=True)
+
+
+class Sandbox:
+    """`num_workers` runners; `run_many([(program, stdin), ...])` runs the programs in parallel, results in order.
+
+    Args:
+        num_workers: programs that may run at once (one runner process each).
+        limits: the per-program `SandboxLimits`.
+        allow_network_fallback: where namespaces are unavailable, run programs anyway (with a warning) instead of
+            raising `SandboxUnavailable`.
+        python: interpreter for the programs (None: this Python's base installation, stdlib only).
+        python_args: interpreter flags before the program file (default: isolated mode, no site-packages).
+    """
+
+    _ids = itertools.count()
+
+    def __init__(
+        self,
+        num_workers: int = 1,
+        limits: SandboxLimits | None = None,
+        allow_network_fallback: bool = False,
+        python: str | None = None,
+        python_args: tuple[str, ...] = ("-I", "-S"),
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"Sandbox needs num_workers >= 1, got {num_workers}.")
+        if not sys.platform.startswith("linux"):
+            raise SandboxUnavailable("The code sandbox needs Linux (namespaces, rlimits, pidfd).")
+        self.num_workers = num_workers
+        self.limits = limits or SandboxLimits()
+        self.allow_network_fallback = allow_network_fallback
+        default_python, expose = default_program_python()
+        self.python = python or default_python
+        self.python_args = list(python_args)
+        self.fallback_dir = tempfile.mkdtemp(prefix="drgrpo-sandbox-")
+        os.chmod(self.fallback_dir, 0o711)  # programs (uid 65534) reach their own folder in it, nothing else
+        self.config = {
+            "allow_fallback": allow_network_fallback,
+            "expose": [] if python else expose,
+            "tmpfs_mb": max(64, (self.limits.max_file_bytes * 4) >> 20),
+            "fallback_dir": self.fallback_dir,
+            # Simulate a kernel without namespaces (tests, and checking a fallback set-up before relying on it).
+            "no_namespaces": os.environ.get("DRGRPO_SANDBOX_NO_NAMESPACES") == "1",
+        }
+        self.runners: list[_Runner] = []
+        self.mode: str | None = None
+        self._idle: queue.Queue[_Runner] = queue.Queue()
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _close_runners, self.runners, self.fallback_dir)
+        atexit.register(self._finalizer)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill every runner (and with them every program). Idempotent."""
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._finalizer()
+
+    @property
+    def pids(self) -> list[int]:
+        return [r.process.pid for r in self.runners]
+
+    def _start_runner(self) -> _Runner:
+        runner = _Runner(self.config)
+        if runner.info["mode"] != "namespaces":
+            _warn_fallback_once()
+        self.mode = runner.info["mode"]
+        self.runners.append(runner)
+        return runner
+
+    def start(self) -> None:
+        """Start the runners (first use does it too) and check that a trivial program runs; else raise
+        `SandboxUnavailable` with the reason."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("Sandbox is closed.")
+            if self.runners:
+                return
+            try:
+                first = self._start_runner()
+            except SandboxUnavailable as exc:
+                raise SandboxUnavailable(_unavailable_message(str(exc))) from exc
+            # The check gets its own generous limit: a tiny code_timeout must not read as a broken interpreter.
+            check = first.run(self._job("print('ok')", "", timeout=max(10.0, self.limits.timeout)))
+            if check["status"] != "ok" or check["stdout"].strip() != b"ok":
+                self._finalizer()
+                raise SandboxUnavailable(
+                    f"The sandbox started but a trivial program failed ({check['status']}, stderr "
+                    f"{check['stderr'][-300:]!r}) with interpreter {self.python}: set code_python to an interpreter "
+                    "that uid 65534 can run."
+                )
+            for _ in range(self.num_workers - 1):
+                self._start_runner()
+            for runner in self.runners:
+                self._idle.put(runner)
+            self._executor = ThreadPoolExecutor(self.num_workers, thread_name_prefix="code-sandbox")
+
+    def _job(self, program: str, stdin: str, timeout: float | None = None) -> dict:
+        limits = self.limits.for_runner()
+        if timeout is not None:
+            limits.update(timeout=timeout, cpu_seconds=math.ceil(timeout) + 1)
+        return {
+            "id": next(self._ids),
+            "program": program.encode("utf-8", errors="surrogatepass"),
+            "stdin": stdin.encode("utf-8", errors="surrogatepass"),
+            "limits": limits,
+            "python": self.python,
+            "python_args": self.python_args,
+        }
+
+    def _take_runner(self) -> _Runner:
+        """An idle runner; if every runner died and none could be restarted, one more start (else the error)."""
+        while True:
+            try:
+                return self._idle.get(timeout=1.0)
+            except queue.Empty:
+                with self._lock:
+                    if not self.runners:
+                        return self._start_runner()
+
+    def _run_one(self, program: str, stdin: str) -> RunResult:
+        try:
+            runner = self._take_runner()
+        except Exception as exc:  # noqa: BLE001 - no runner at all: this job is a sandbox error, training goes on
+            return RunResult("sandbox_error", None, b"", f"no sandbox runner: {exc}".encode(), 0.0)
+        try:
+            result = runner.run(self._job(program, stdin))
+        except Exception as exc:  # noqa: BLE001 - a hung or dead runner: replace it, the job is a sandbox error
+            logger.warning("Code sandbox runner failed (%s); replacing it.", exc)
+            runner.kill()
+            with self._lock:
+                self.runners.remove(runner)
+                try:
+                    runner = self._start_runner()
+                except Exception as start_error:  # noqa: BLE001
+                    logger.error("Could not restart a code sandbox runner: %s", start_error)
+                    runner = None
+            result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": str(exc).encode()}
+            result["wall_s"] = 0.0
+        if runner is not None:
+            self._idle.put(runner)
+        return RunResult(**result)
+
+    def run(self, program: str, stdin: str = "") -> RunResult:
+        """Run one program on one input."""
+        return self.run_many([(program, stdin)])[0]
+
+    def run_many(self, jobs: list[tuple[str, str]]) -> list[RunResult]:
+        """Run `(program, stdin)` jobs, up to `num_workers` at once; results in job order."""
+        if not jobs:
+            return []
+        self.start()
+        if len(jobs) == 1 or self.num_workers == 1:
+            return [self._run_one(program, stdin) for program, stdin in jobs]
+        return list(self._executor.map(lambda job: self._run_one(*job), jobs))
+
+
+_warned_fallback = False
+
+
+def _warn_fallback_once() -> None:
+    global _warned_fallback
+    if not _warned_fallback:
+        _warned_fallback = True
+        logger.warning(
+            "code sandbox: this kernel does not allow user/network namespaces, and code_allow_network_fallback is "
+            "set: programs run WITHOUT network isolation (they could reach the network and this machine's "
+            "services) and share the host's pid namespace. They still run as uid 65534 (when the trainer is root) "
+            "under the same limits. See docs/code-rewards.md."
+        )
+
+
+def _unavailable_message(reason: str) -> str:
+    return (
+        f"The code sandbox cannot isolate programs on this machine: {reason}. It needs user and network namespaces "
+        "(`unshare --user --net true` must work; in Docker, allow the unshare syscall or run with --privileged, or "
+        "set kernel.unprivileged_userns_clone=1). To run programs WITHOUT network isolation anyway, set "
+        "code_allow_network_fallback: true."
+    )
+
+
+_SANDBOXES: dict[tuple, Sandbox] = {}
+_SANDBOXES_LOCK = threading.Lock()
+
+
+def get_sandbox(
+    num_workers: int, limits: SandboxLimits, allow_network_fallback: bool = False, python: str | None = None
+) -> Sandbox:
+    """The shared sandbox for these settings, created on first use (started lazily)."""
+    key = (num_workers, limits, allow_network_fallback, python)
+    with _SANDBOXES_LOCK:
+        sandbox = _SANDBOXES.get(key)
+        if sandbox is None or sandbox._closed:
+            sandbox = _SANDBOXES[key] = Sandbox(num_workers, limits, allow_network_fallback, python)
+        return sandbox

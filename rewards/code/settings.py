@@ -1,0 +1,100 @@
+"""`CodeRewardArguments`: the recipe keys of the code rewards (`code`, `code_format`); part of `RewardArguments`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CODE_SCORINGS = ("fraction", "all")
+
+
+@dataclass
+class CodeRewardArguments:
+    """How the `code` reward finds, runs and judges a completion's program (see docs/code-rewards.md)."""
+
+    tests_column: str = field(
+        default="verification_info",
+        metadata={
+            "help": "Dataset column with each problem's test cases: open-r1/PrimeIntellect verification_info "
+            "({language, test_cases: [{type, input, output}]}), APPS/TACO ({inputs, outputs, fn_name?}) or a list of "
+            "{input, output}; a dict or its JSON string. The data pipeline passes it to the rewards as it is."
+        },
+    )
+    code_language: str = field(
+        default="python",
+        metadata={"help": "Language of the program: the last ```<code_language> block of the completion is run."},
+    )
+    code_scoring: str = field(
+        default="fraction",
+        metadata={"help": "'fraction': the share of test cases passed; 'all': 1.0 only if every test case passes."},
+    )
+    code_timeout: float = field(
+        default=5.0,
+        metadata={
+            "help": "Wall-clock seconds per test case (the CPU limit is this rounded up + 1). Past it every process "
+            "of the program is killed and the test fails (counted in rewards/code/timeouts)."
+        },
+    )
+    code_memory_mb: int = field(
+        default=512, metadata={"help": "Address-space limit of each process of a program, in MiB."}
+    )
+    code_max_processes: int = field(
+        default=16,
+        metadata={
+            "help": "Processes and threads a program may have at once (the program included). Worst-case memory "
+            "of the sandbox is code_num_workers x code_max_processes x code_memory_mb."
+        },
+    )
+    code_max_open_files: int = field(default=64, metadata={"help": "Open file descriptors per process."})
+    code_max_output_kb: int = field(
+        default=1024,
+        metadata={"help": "Standard output kept per test, in KiB; a program printing more is killed and fails."},
+    )
+    code_max_file_mb: int = field(default=16, metadata={"help": "Largest file a program may write, in MiB."})
+    code_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Programs run at once (test cases of one completion run in parallel too). None: the CPU cores "
+            "available to this rank (cores / LOCAL_WORLD_SIZE, at most 8)."
+        },
+    )
+    code_float_tolerance: float = field(
+        default=1e-6,
+        metadata={
+            "help": "Numbers with a decimal point or exponent match within this absolute-or-relative error "
+            "(|a - b| <= tol * max(1, |b|)); integers and words must match exactly."
+        },
+    )
+    code_checker: str | None = field(
+        default=None,
+        metadata={
+            "help": "Custom output checker for problems with several right answers: 'package.module:function' or "
+            "'path/to/file.py:function', called as fn(input, expected, output) -> bool. Runs in the trainer "
+            "(trusted code), after the program ran in the sandbox."
+        },
+    )
+    code_python: str | None = field(
+        default=None,
+        metadata={
+            "help": "Interpreter that runs the programs. None: this Python's base installation, stdlib only (run "
+            "with -I -S), made reachable inside the sandbox."
+        },
+    )
+    code_allow_network_fallback: bool = field(
+        default=False,
+        metadata={
+            "help": "Where the kernel forbids user/network namespaces, run programs anyway, WITHOUT network "
+            "isolation (a warning says so once). False: the code reward refuses to start there."
+        },
+    )
+
+    def check_code_settings(self) -> None:
+        """Raise a `ValueError` naming a code setting that cannot work."""
+        if self.code_scoring not in CODE_SCORINGS:
+            raise ValueError(f"code_scoring={self.code_scoring!r}: choose one of {', '.join(CODE_SCORINGS)}.")
+        for key in ("code_timeout", "code_memory_mb", "code_max_processes", "code_max_open_files"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be positive, got {getattr(self, key)}.")
+        if self.code_memory_mb < 64:
+            raise ValueError(f"code_memory_mb={self.code_memory_mb}: the interpreter alone needs ~30 MiB; use 64+.")
+        if self.code_float_tolerance < 0:
+            raise ValueError(f"code_float_tolerance must be >= 0, got {self.code_float_tolerance}.")

@@ -1,0 +1,209 @@
+"""Test helper: run hostile programs through the `code` reward and report, as JSON, what each achieved.
+
+Run by tests/test_code_sandbox_adversarial.py under outer bounds (`prlimit` on processes and address space, a
+timeout, a kill of its process group), so that even a broken sandbox could not take the machine down. Every
+hostile program is bounded itself too: hundreds of forks, not unbounded; 2 GB, not all memory; 8 MB of output.
+
+Each program prints its test's expected output only if its attack worked, so its `code` score says whether it did.
+Per scenario the report holds the score, the run's status, details and counters, the processes left in the
+runner's pid namespace and the files left in its /tmp, and scenario-specific facts (the planted file still exists,
+the listener accepted nothing, the trainer is alive).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rewards import RewardArguments, get_reward_funcs  # noqa: E402
+from rewards.code.sandbox import SandboxUnavailable  # noqa: E402
+
+SECRET = "drgrpo-test-secret-4e1f"
+TIMEOUT = 2.0
+
+
+def scenarios(planted: Path, port: int) -> dict[str, tuple[str, str]]:
+    """name -> (program, the output it prints only if its attack worked)."""
+    trainer = os.getpid()
+    return {
+        "crash_segfault": ("import ctypes\nctypes.string_at(0)\nprint('survived')\n", "survived"),
+        "crash_after_right_output": ("print('42')\nraise SystemExit(3)\n", "42"),
+        "hang_cpu": ("while True:\n    pass\n", "done"),
+        "hang_sleep": ("import time\ntime.sleep(3600)\nprint('done')\n", "done"),
+        "orphan": (
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    while True:\n"
+            "        open('still_here', 'w').write('x')\n        time.sleep(0.05)\nprint('parent left')\n",
+            "never",
+        ),
+        "fork_flood": (
+            "import os, time\nn = 0\nfor _ in range(300):\n    try:\n        if os.fork() == 0:\n"
+            "            time.sleep(60)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\n"
+            "print(f'forked {n}')\n",
+            "forked 300",
+        ),
+        "memory": (
+            "blocks = []\nfor _ in range(20):\n    blocks.append(bytearray(100 * 2**20))\nprint('allocated 2000 MB')\n",
+            "allocated 2000 MB",
+        ),
+        "huge_output": (
+            "import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(8192):\n    sys.stdout.write(line)\n",
+            "x",
+        ),
+        "delete_outside": (
+            f"import os, shutil\nfor f in ({str(planted)!r},):\n    try:\n        os.remove(f)\n    except OSError:\n"
+            f"        pass\nshutil.rmtree({str(planted.parent)!r}, ignore_errors=True)\n"
+            f"open({str(planted.parent / 'dropped')!r}, 'w').write('x')\n"
+            f"print('deleted' if not os.path.exists({str(planted)!r}) else 'kept')\n",
+            "deleted",
+        ),
+        "signal_parent": (  # the trainer's pid, the runner (parent, pid 1) and everything it may signal (-1)
+            f"import os, signal, time\nparent = os.getppid()\nfor t in (parent, 1, {trainer}, -1):\n    try:\n"
+            "        os.kill(t, signal.SIGKILL)\n    except OSError:\n        pass\ntime.sleep(0.2)\n"
+            "print('killed' if os.getppid() != parent else 'alive')\n",
+            "killed",
+        ),
+        "network": (
+            f"import socket\ntry:\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "    s.sendall(b'hello')\n    print('connected')\nexcept OSError as e:\n    print('refused', e)\n",
+            "connected",
+        ),
+        "secret_env": (
+            "import os, glob\nfound = [v for v in os.environ.values()]\nfor path in ['/proc/self/environ', "
+            f"'/proc/1/environ', '/proc/{trainer}/environ', *glob.glob('/proc/*/environ')]:\n    try:\n"
+            "        found.append(open(path, 'rb').read().decode(errors='replace'))\n"
+            "    except OSError:\n        pass\n"
+            f"print(next((v for v in found if {SECRET!r} in v), 'nothing'))\n",
+            SECRET,
+        ),
+    }
+
+
+def namespace_state(runner_pid: int) -> dict:
+    """Processes left in the runner's pid namespace (besides the runner R) and files left in its /tmp."""
+    r_pid = next(
+        (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == runner_pid),
+        None,
+    )
+    if r_pid is None:
+        return {"processes": None, "files": None}
+    try:
+        namespace = os.readlink(f"/proc/{r_pid}/ns/pid_for_children")
+        processes = []
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit() and int(p.name) != r_pid:
+                try:
+                    if os.readlink(p / "ns" / "pid") == namespace:
+                        processes.append(int(p.name))
+                except OSError:
+                    pass
+        files = sorted(os.listdir(f"/proc/{r_pid}/root/tmp"))
+    except PermissionError:  # unprivileged: R is not dumpable, so its /proc entries are closed to us
+        return {"processes": "unchecked", "files": "unchecked"}
+    return {"processes": processes, "files": files}
+
+
+def _all_pid_namespaces() -> list[tuple[int, str]]:
+    found = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                found.append((int(p.name), os.readlink(p / "ns" / "pid")))
+            except OSError:
+                pass
+    return found
+
+
+def _namespaces_of_children(parents: list[int]) -> set[str]:
+    """The pid namespaces the runners' children (R) created for the programs."""
+    namespaces = set()
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit() and _ppid(p) in parents:
+            try:
+                namespaces.add(os.readlink(p / "ns" / "pid_for_children"))
+            except OSError:
+                pass
+    return namespaces
+
+
+def _ppid(proc: Path) -> int | None:
+    try:
+        for line in (proc / "status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    for key in ("WANDB_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY"):
+        os.environ[key] = SECRET  # planted before the sandbox starts
+    plant_dir = Path(tempfile.mkdtemp(prefix="drgrpo-plant-", dir="/var/tmp"))
+    plant_dir.chmod(0o777)  # world-writable: only the sandbox's read-only file system protects it
+    planted = plant_dir / "precious.txt"
+    planted.write_text("keep me")
+    planted.chmod(0o666)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    settings = RewardArguments(
+        code_timeout=TIMEOUT, code_num_workers=1, code_memory_mb=256, code_max_processes=16, code_max_output_kb=1024
+    )
+    try:
+        (reward,) = get_reward_funcs(["code"], settings)
+    except SandboxUnavailable as exc:
+        print(json.dumps({"unavailable": str(exc)}))
+        return
+    sandbox = reward.func.sandbox
+    report: dict = {"mode": sandbox.mode}
+    try:
+        for name, (program, success) in scenarios(planted, port).items():
+            tests = [{"input": "", "output": success}]
+            start = time.monotonic()
+            (score,) = reward(completions=[f"```python\n{program}```"], verification_info=[tests])
+            elapsed = time.monotonic() - start
+            entry = {
+                "score": score,
+                "elapsed": elapsed,
+                "details": reward.last_report.details[0],
+                "counters": reward.last_report.counters,
+                **namespace_state(sandbox.pids[0]),
+            }
+            check = sandbox.run("print('ok')")
+            entry["sandbox_works_after"] = check.status == "ok" and check.text.strip() == "ok"
+            report[name] = entry
+        try:
+            connection, _ = listener.accept()
+            report["listener_accepted"] = True
+            connection.close()
+        except BlockingIOError:
+            report["listener_accepted"] = False
+        report["planted_intact"] = planted.exists() and planted.read_text() == "keep me"
+        report["dropped_outside"] = (plant_dir / "dropped").exists()
+        runner_pids = list(sandbox.pids)
+        namespaces = _namespaces_of_children(runner_pids)
+    finally:
+        sandbox.close()
+        listener.close()
+        for path in plant_dir.iterdir():
+            path.unlink()
+        plant_dir.rmdir()
+    time.sleep(0.2)
+    report["runners_left"] = [pid for pid in runner_pids if Path(f"/proc/{pid}").exists()]
+    report["namespace_members_left"] = [pid for pid, ns in _all_pid_namespaces() if ns in namespaces]
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Every user error is one line with its cause, the file/key/value and the fix; no traceback unless asked for.
+
+Most cases run `scripts/train.py` in this process (runpy) to skip a second interpreter start and its imports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import runpy
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, ROOT
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drgrpo.cli import parse_recipe
+from drgrpo.config_errors import batch_fix, divisors_around, multiples_around
+from drgrpo.errors import RecipeError, is_user_error, run_main
+
+TINY = "recipes/tiny_drgrpo.yaml"
+
+
+def run_script(monkeypatch, capsys, *argv: str, script: str = "scripts/train.py") -> tuple[int, str]:
+    """Run a script as `python script argv...` would; return (exit status, stderr)."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(ROOT / script), run_name="__main__")
+    return info.value.code, capsys.readouterr().err
+
+
+def the_error(status: int, stderr: str) -> str:
+    """The one `error:` line of a user error, after checking its shape: status 2, the hint, no traceback/usage."""
+    assert status == 2, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, stderr[-3000:]
+    assert "Traceback" not in stderr and "usage:" not in stderr
+    assert "rerun with --traceback, or set DRGRPO_DEBUG=1" in stderr
+    return lines[0]
+
+
+def write_recipe(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# --- the wrapper ----------------------------------------------------------------------------------------------------
+def test_run_main_prints_a_user_error_and_re_raises_with_traceback_flag_or_env(monkeypatch, capsys):
+    def bad() -> None:
+        raise RecipeError("learning_rate: 'fast' is not a number.")
+
+    monkeypatch.delenv("DRGRPO_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["x.py"])
+    with pytest.raises(SystemExit) as info:
+        run_main(bad)
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: learning_rate: 'fast' is not a number.",
+        "(the full traceback: rerun with --traceback, or set DRGRPO_DEBUG=1)",
+    ]
+    monkeypatch.setattr(sys, "argv", ["x.py", "--traceback"])
+    with pytest.raises(RecipeError):
+        run_main(bad)
+    assert sys.argv == ["x.py"]  # the flag is not passed on to the script's own parser
+    monkeypatch.setenv("DRGRPO_DEBUG", "1")
+    with pytest.raises(RecipeError):
+        run_main(bad)
+
+
+def test_run_main_exits_with_an_int_status_and_returns_otherwise():
+    run_main(lambda: None)
+    run_main(lambda: {"pass@1": 0.5})  # evaluate.py's main returns its summary: success
+    for status in (0, 1):  # plan.py: 1 when the recipe has an error
+        with pytest.raises(SystemExit) as info:
+            run_main(lambda status=status: status)
+        assert info.value.code == status
+
+
+def test_bugs_keep_their_traceback():
+    def value_error_outside_the_project() -> None:
+        int("x")
+
+    with pytest.raises(ValueError) as info:
+        value_error_outside_the_project()
+    assert not is_user_error(info.value)  # raised in this test file, not in drgrpo/ or rewards/
+    assert not is_user_error(RuntimeError("boom"))
+    with pytest.raises(ValueError) as info:
+        parse_recipe([TINY, "--advantage_std_ddof", "2"])  # a ValueError from drgrpo/config.py: a user message
+    assert is_user_error(info.value)
+
+
+# --- the recipe file ------------------------------------------------------------------------------------------------
+def test_missing_recipe_file_fails_before_torch_is_imported():
+    code = textwrap.dedent(
+        """
+        import runpy, sys
+        sys.argv = ["scripts/train.py", "recipes/tiny_drgrpo.yml"]
+        try:
+            runpy.run_path("scripts/train.py", run_name="__main__")
+        except SystemExit as exit:
+            print(exit.code, "torch" in sys.modules, "trl" in sys.modules)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.stdout.split() == ["2", "False", "False"], result.stderr
+    error = the_error(2, result.stderr)
+    assert (
+        "Recipe file 'recipes/tiny_drgrpo.yml' not found" in error and "Did you mean recipes/tiny_drgrpo.yaml" in error
+    )
+
+
+def test_bad_yaml_names_file_and_line(tmp_path, monkeypatch, capsys):
+    recipe = write_recipe(tmp_path, "dr_grpo: true\nlearning_rate: [1e-6\n")
+    error = the_error(*run_script(monkeypatch, capsys, str(recipe)))
+    assert f"Recipe file '{recipe}' line 3: not valid YAML" in error
+
+
+# --- values of the wrong type -----------------------------------------------------------------------------------
+def test_bad_value_in_recipe_names_key_value_file_and_type(tmp_path, monkeypatch, capsys):
+    recipe = write_recipe(tmp_path, 'learning_rate: "fast"\nuse_cpu: true\n')
+    error = the_error(*run_script(monkeypatch, capsys, str(recipe)))
+    assert error == (
+        f"error: recipe {recipe}: learning_rate: 'fast' is not a number. learning_rate takes a number (default: "
+        "1e-06); fix it in the recipe, or override it with --learning_rate VALUE."
+    )
+
+
+def test_bad_value_on_command_line(monkeypatch, capsys):
+    error = the_error(*run_script(monkeypatch, capsys, TINY, "--max_steps", "lots"))
+    assert (
+        error == "error: command line: max_steps: 'lots' is not an integer. max_steps takes an integer (default: -1)."
+    )
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("num_generations: 8.5", "num_generations: 8.5 is not an integer"),
+        ("bf16: maybe", "bf16: 'maybe' is not true or false"),
+        ("dr_grpo: 1", "dr_grpo: 1 is not true or false"),
+        ("lr_scheduler_type: linearr", "lr_scheduler_type: 'linearr' is not one of linear, cosine"),
+        ("reward_weights: [1.0, heavy]", "reward_weights: 'heavy' is not a number"),
+    ],
+)
+def test_recipe_value_types(tmp_path, line, expected):
+    recipe = write_recipe(tmp_path, f"use_cpu: true\n{line}\n")
+    with pytest.raises(RecipeError, match=f"recipe {recipe}: {expected}") as info:
+        parse_recipe([str(recipe)])
+    assert "\n" not in str(info.value)
+
+
+def test_well_typed_yaml_values_pass(tmp_path):
+    recipe = write_recipe(
+        tmp_path, f"use_cpu: true\nlearning_rate: 3e-4\nnum_generations: 4\nper_device_train_batch_size: 8\n"
+        f"bf16: false\nreward_weights: [1, 0.5]\nreward_funcs: [accuracy, format]\noutput_dir: {tmp_path}\n"
+    )  # fmt: skip
+    _, training, _ = parse_recipe([str(recipe)])
+    assert training.learning_rate == 3e-4 and training.reward_weights == [1, 0.5]
+
+
+# --- TRL's batch divisibility, in recipe terms --------------------------------------------------------------------
+def test_batch_divisibility_explained_with_integer_fixes(monkeypatch, capsys):
+    error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_generations", "5"))
+    assert (
+        "per_device_train_batch_size (64) x gradient_accumulation_steps (1) x world size (1) = 64 completions, not a "
+        "multiple of num_generations (5)" in error
+    )
+    assert "Fix: per_device_train_batch_size: 60 or 65, or num_generations: 4 or 8" in error
+    assert "generation_batch_size" not in error  # a key the user never set
+    for fix in (["--per_device_train_batch_size", "65"], ["--num_generations", "8"]):  # the fixes parse
+        parse_recipe([TINY, "--num_generations", "5", *fix])
+
+
+def test_explicit_generation_batch_size_gets_its_own_fix():
+    with pytest.raises(RecipeError, match=r"generation_batch_size \(70\) .* Fix: generation_batch_size: 64 or 128"):
+        parse_recipe([TINY, "--generation_batch_size", "70", "--per_device_train_batch_size", "64"])
+
+
+def test_batch_fix_hand_computed():
+    # 8 GPUs x 16 x 8 accumulation = 1024 completions with groups of 12: the batch must be a multiple of
+    # 12 / gcd(12, 8 x 8) = 3 (15 or 18); 1024's divisors nearest 12 are 8 and 16.
+    text = batch_fix(16, 8, "gradient_accumulation_steps", 12, 8)
+    assert "= 1024 completions" in text and "per_device_train_batch_size: 15 or 18, or num_generations: 8 or 16" in text
+    assert multiples_around(7, 3) == [6, 9] and multiples_around(2, 3) == [3]
+    assert divisors_around(64, 5) == [4, 8] and divisors_around(7, 5) == [7]
+
+
+@given(
+    per_device=st.integers(1, 64),
+    factor=st.integers(1, 16),
+    generations=st.integers(2, 64),
+    world_size=st.integers(1, 64),
+)
+def test_every_suggested_value_satisfies_the_rule(per_device, factor, generations, world_size):
+    suggestions = [m for m in multiples_around(per_device, generations // math.gcd(generations, factor * world_size))]
+    assert all(s >= 1 and (s * factor * world_size) % generations == 0 for s in suggestions)
+    total = per_device * factor * world_size
+    assert all(d >= 2 and total % d == 0 for d in divisors_around(total, generations))
+
+
+def test_bf16_without_a_gpu_says_what_to_do():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: bf16 is allowed")
+    with pytest.raises(RecipeError, match="bf16: true needs a GPU .* --bf16 false --use_cpu true"):
+        parse_recipe(["recipes/qwen3_8b_drgrpo.yaml"])
+
+
+# --- keys, rewards and data ----------------------------------------------------------------------------------------
+def test_unknown_key_is_one_line(monkeypatch, capsys):
+    error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_generation", "4"))
+    assert "Unknown key 'num_generation' in the command line. Did you mean 'num_generations'?" in error
+
+
+def test_unimportable_reward_module_explains_pythonpath_and_the_file_form(
+    tmp_path, tiny_model_path, addition_data, monkeypatch, capsys
+):
+    common = [TINY, "--model_name_or_path", str(tiny_model_path), "--dataset_path", str(addition_data["train"])]
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    error = the_error(
+        *run_script(monkeypatch, capsys, *common, "--output_dir", str(tmp_path / "a"), "--reward_funcs",
+                    "my_rewards.math:score")
+    )  # fmt: skip
+    assert "Cannot import module 'my_rewards.math' (reward spec 'my_rewards.math:score')" in error
+    assert "PYTHONPATH (unset)" in error and "'my_rewards/math.py:score'" in error
+
+    # A module that exists but raises while importing: its own error is the cause.
+    (tmp_path / "broken_rewards.py").write_text("1 / 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    error = the_error(
+        *run_script(monkeypatch, capsys, *common, "--output_dir", str(tmp_path / "b"), "--reward_funcs",
+                    "broken_rewards:score")
+    )  # fmt: skip
+    assert "Cannot import module 'broken_rewards'" in error and "ZeroDivisionError: division by zero" in error
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_empty_dataset_file_names_file_and_split(tmp_path, tiny_model_path, addition_data, monkeypatch, capsys):
+    empty = tmp_path / "train.jsonl"
+    empty.write_text("")
+    error = the_error(
+        *run_script(monkeypatch, capsys, TINY, "--model_name_or_path", str(tiny_model_path), "--dataset_path",
+                    str(empty), "--output_dir", str(tmp_path / "out"))
+    )  # fmt: skip
+    assert f"dataset_path '{empty}': the file is empty, so the training split has no rows" in error
+
+    blank = tmp_path / "test.jsonl"
+    blank.write_text("\n\n")
+    from drgrpo.data import DataArguments, load_prompt_dataset
+
+    args = DataArguments(
+        dataset_path=str(addition_data["train"]), dataset_test_path=str(blank), prompt_column="question",
+        prompt_template="plain",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=f"dataset_test_path '{blank}': the file is empty, so the held-out split"):
+        load_prompt_dataset(args)
+
+
+def test_other_scripts_print_one_line(tmp_path, monkeypatch, capsys):
+    error = the_error(*run_script(monkeypatch, capsys, "recipes/nope.yaml", script="scripts/plan.py"))
+    assert "Recipe file 'recipes/nope.yaml' not found" in error
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"completion": "x"}) + "\n")
+    status, stderr = run_script(
+        monkeypatch, capsys, "--input", str(tmp_path / "missing.jsonl"), script="scripts/score.py"
+    )
+    assert "missing.jsonl" in the_error(status, stderr)
