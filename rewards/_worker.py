@@ -13,6 +13,7 @@ import pickle
 import signal
 import struct
 import sys
+import time
 
 _HEADER = struct.Struct(">I")
 ENV_MEMORY_MB = "DRGRPO_REWARD_WORKER_MEMORY_MB"
@@ -26,6 +27,12 @@ def _verify_answer(*args):
     return verify_answer(*args)
 
 
+def _verify_reading(*args):
+    from rewards.equivalence import verify_reading
+
+    return verify_reading(*args)
+
+
 def _equivalent(*args):
     from rewards.equivalence import equivalent
 
@@ -37,7 +44,24 @@ def _ping(value):
     return value
 
 
-FUNCTIONS = {"verify_answer": _verify_answer, "equivalent": _equivalent, "ping": _ping}
+def _ignore_alarm_and_spin(seconds):
+    """A job that ignores its deadline: SIGALRM blocked, busy for `seconds` (at most 60). A diagnostic for the pool's
+    hard kill, which is all that stops a job stuck in one long C call (the alarm only runs between bytecodes)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    end = time.monotonic() + min(float(seconds), 60.0)
+    while time.monotonic() < end:
+        pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+    return "finished"
+
+
+FUNCTIONS = {
+    "verify_answer": _verify_answer,
+    "verify_reading": _verify_reading,
+    "equivalent": _equivalent,
+    "ping": _ping,
+    "ignore_alarm_and_spin": _ignore_alarm_and_spin,
+}
 
 
 def _limit_memory() -> None:

@@ -34,8 +34,9 @@ class AccuracyReward:
     """Outcome reward of R1-Zero-style RLVR (DeepSeek-R1, arXiv 2501.12948; Dr.GRPO, arXiv 2503.20783, "reward 1 if
     Math-Verify finds the right final answer, else 0").
 
-    The final answer is the last `\\boxed{}`, else the `<answer>` tag, else the last number (`rewards.extract`); the
-    gold comes as the keyword list `answer`. Scores: 1.0 correct, 0.0 wrong or no answer; 0.0 also when the
+    The final answer is read under the grader's `answer_extraction_mode` (`rewards.answer_policy`: the final box,
+    else the `<answer>` tag, `####`, or the final-answer region read by math-verify); the gold comes as the keyword
+    list `answer`. Scores: 1.0 correct, 0.0 wrong or no answer; 0.0 also when the
     verification timed out or failed (counted in `rewards/accuracy/failures`); None when the gold itself cannot be
     parsed (counted in `rewards/accuracy/unparsable_golds` and warned about once per gold), so that a broken gold
     never trains the policy on a fake 0.

@@ -7,6 +7,7 @@ Everything here runs in the trainer process on untrusted model output, so every 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -18,15 +19,31 @@ MAX_ANSWER_CHARS = 1000
 MAX_BOXED_TRIES = 16
 
 _BOXED_COMMANDS = ("\\boxed", "\\fbox")
+# Boxes separated only by connectors (`, `, ` and `, `$ or $`, `\\quad\\text{and}\\quad`, a line break), at most this
+# many characters, belong to one answer; any other word between them (`\\boxed{2}, wait, no: \\boxed{1}`) does not.
+MAX_BOX_GAP = 40
+_BOX_CONNECTOR = re.compile(
+    r"(?:\s|[,;$&.]|\\\\|\\[][()]|\\q?quad|\\[,;: ]|\band\b|\bor\b|\\(?:text|mathrm|mbox)\{\s*(?:and|or|,)?\s*\})*"
+)
+_PART_TOKEN = re.compile(r"\\[{}]|\\text\{\s*and\s*\}|\s+and\s+|\\.|[^\\]", re.DOTALL)
+_AND = re.compile(r"\\text\{\s*and\s*\}|\s+and\s+")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (`\{`) is not a group brace
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _GSM8K_MARK = "####"
-# A final number: thousands-separated (1,234,567.5) or plain (-12.5), or a simple fraction (3/4).
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 _PLAIN_INTEGER = re.compile(r"[-+]?\d+")
 _PLAIN_DECIMAL = re.compile(r"[-+]?\d+\.\d+|[-+]?\d+\.?")
-_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|\\,|\\ |\\!|~)(?=\d{3}(?!\d))")
+# Thousands separators only where they are separators: a leading group of 1-3 digits not starting with 0, then groups
+# of exactly 3 (`1,000`, `1 000`, `-12,345.5`); `0,111` and `1,5` are not numbers with separators.
+_THOUSANDS = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?|[-+]?[1-9]\d{0,2}(?: \d{3})+(?:\.\d+)?")
+# A comma between digits that is not a thousands separator separates items (`0,111` is 0 and 111): spelled out with a
+# space so that no parser reads it as a decimal comma.
+_ITEM_COMMA = re.compile(r"(?<=\d),(?=\d)")
+# A bold number written digit by digit (`\mathbf{3 9 2}`, OlympiadBench's style) is one number.
+_SPACED_BOLD_DIGITS = re.compile(r"\\mathbf\{\s*(\d(?:\s\d)+)\s*\}")
+# Digits joined by commas or single spaces: a thousands-separated number or a list of items (see `normalize_region`).
+_DIGIT_GROUPS = re.compile(
+    r"(?<![\d.,])[-+]?\d+(?:,\d+)+(?:\.\d+)?(?![\d,])|(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?![\d.,])"
+)
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\ |\\!|~)(?=\d{3}(?!\d))")
 _FLOAT_STORED_INTEGER = re.compile(r"([-+]?\d+)\.0+")
 _PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\mbox\{\s*\\?%\s*\}|\\?\s*percent)\s*$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree)\s*$")
@@ -42,13 +59,15 @@ _FLOAT_ROUNDING_TOLERANCE = Fraction(1, 10**6)
 class Answer:
     """A final answer found in a completion.
 
-    `text` is the normalised answer string; `kind` says how it is parsed: `latex` (the content of a `\\boxed{}`),
-    `text` (the content of an `<answer>` tag, parsed with math-verify's free-text extraction) or `number` (a bare final
-    number found by the fallback).
+    `text` is the normalised answer string; `kind` says how it is parsed: `latex` (the content of a `\\boxed{}`, or
+    several boxes joined as one list), `text` (a final-answer region, e.g. an `<answer>` tag's content or the last line,
+    read with math-verify's extraction) or `number` (a whole-token number, e.g. after `####`). `context` (lenient mode
+    only) is the completion's tail, whose LaTeX spans are read when `text` yields nothing.
     """
 
     text: str
     kind: str
+    context: str | None = None
 
 
 def completion_text(completion: Any) -> str:
@@ -94,74 +113,108 @@ def _braced_content(text: str, open_index: int, max_chars: int) -> str | None:
     return None
 
 
+def _boxes_backwards(text: str, max_chars: int) -> Iterator[tuple[int, int, str]]:
+    """`(start, end, content)` of the complete boxes of `text`, last first; at most `MAX_BOXED_TRIES` occurrences."""
+    end = len(text)
+    for _ in range(MAX_BOXED_TRIES):
+        start, command = max((text.rfind(c, 0, end), c) for c in _BOXED_COMMANDS)
+        if start < 0:
+            return
+        end = start
+        i = start + len(command)
+        if i < len(text) and text[i].isalpha():  # another macro, e.g. \boxedx
+            continue
+        while i < len(text) and text[i] == " ":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            content = _braced_content(text, i, max_chars)
+            stop = i + len(content or "") + 2
+        elif i > start + len(command) and i < len(text):  # `\boxed 5`: one token after a space
+            content = re.match(r"[^\s$]*", text[i : i + max_chars]).group() or None
+            stop = i + len(content or "")
+        else:
+            content = None
+        if content is not None:
+            yield start, stop, content
+
+
 def last_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
     """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) in `text`.
 
     Unclosed or over-long groups are skipped, so a completion truncated inside `\\boxed{` falls back to its previous
     boxed answer. At most `MAX_BOXED_TRIES` occurrences are examined, each within a `max_chars` window.
     """
-    end = len(text)
-    for _ in range(MAX_BOXED_TRIES):
-        start, command = max((text.rfind(c, 0, end), c) for c in _BOXED_COMMANDS)
-        if start < 0:
-            return None
-        end = start
-        i = start + len(command)
-        if i < len(text) and (text[i].isalpha()):  # another macro, e.g. \boxedx
-            continue
-        while i < len(text) and text[i] == " ":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            content = _braced_content(text, i, max_chars)
-        elif i > start + len(command) and i < len(text):  # `\boxed 5`: one token after a space
-            content = re.match(r"[^\s$]*", text[i : i + max_chars]).group() or None
-        else:
-            content = None
-        if content is not None:
-            return content
-    return None
+    return next((content for _, _, content in _boxes_backwards(text, max_chars)), None)
 
 
-def extract_answer(text: str) -> Answer | None:
-    """The final answer of a completion, or None if it has none.
-
-    Order: the last complete `\\boxed{}`; else the last `<answer>...</answer>` (R1 template); else the number after
-    the last GSM8K `####`; else the last number in the text (GSM8K-style fallback).
-    """
-    if not text:
+def unclosed_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
+    """What follows the last `\\boxed{` when that box never closes (`\\boxed{\\frac{1}{2}` -> `\\frac{1}{2}`), if its
+    own braces balance; else None. For golds only: math-verify reads such a gold, so it must not become unparsable."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
         return None
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return _nonempty(boxed, "latex")
-    tag_start = text.rfind("<answer>")
-    if tag_start >= 0:
-        match = _ANSWER_TAG.match(text, tag_start)
-        if match and len(match.group(1)) <= MAX_ANSWER_CHARS:
-            return _nonempty(match.group(1), "text")
-    mark = text.rfind(_GSM8K_MARK)
-    if mark >= 0:
-        number = _NUMBER.search(text, mark, mark + 64)
-        if number:
-            return _nonempty(number.group(), "number")
-    last = None
-    for last in _NUMBER.finditer(text):  # noqa: B007 - only the last match is wanted
-        pass
-    if last is not None and len(last.group()) <= MAX_ANSWER_CHARS:
-        return _nonempty(last.group(), "number")
-    return None
+    rest = text[start + len("\\boxed{") :].strip().rstrip("$.").strip()
+    if "}" not in rest or len(rest) > max_chars:  # math-verify's own box pattern needs a closing brace too
+        return None
+    depth = 0
+    for match in _BRACE_TOKEN.finditer(rest):
+        depth += 1 if match.group() == "{" else -1 if match.group() == "}" else 0
+        if depth < 0:
+            return None
+    return rest if depth == 0 else None
 
 
-def _nonempty(text: str, kind: str) -> Answer | None:
-    text = normalize_answer(text)
-    return Answer(text, kind) if text else None
+def last_boxed_group(text: str, max_gap: int = MAX_BOX_GAP) -> list[str]:
+    """The contents of the final run of boxes: the last box and the boxes before it that only connectors separate
+    from it (`, `, ` and `, `\\quad\\text{and}\\quad`; at most `max_gap` characters, no blank line).
+
+    `\\boxed{(2, 2)} \\quad\\text{and}\\quad \\boxed{(6, 2)}` gives both; `\\boxed{2}, wait, no: \\boxed{1}` (a first
+    attempt, then a correction) gives only the last.
+    """
+    spans = list(_boxes_backwards(text, MAX_ANSWER_CHARS))[::-1]
+    if not spans:
+        return []
+    group = [spans[-1]]
+    for span in reversed(spans[:-1]):
+        gap = text[span[1] : group[0][0]]
+        if len(gap) > max_gap or "\n\n" in gap or not _BOX_CONNECTOR.fullmatch(gap):
+            break
+        group.insert(0, span)
+    return [content for _, _, content in group]
+
+
+def top_level_parts(text: str) -> list[str]:
+    """`text` split at its top-level commas and semicolons (outside (), [], {} and `\\{ \\}`), and at ` and `.
+
+    A gold with several parts (`(2, 2), (6, 2)`, `1 and 2`, `\\{1, 2\\}` read as its elements) is compared with every
+    box of the completion's final group as one set.
+    """
+    inner = text.strip()
+    for opening, closing in (("\\{", "\\}"), ("\\left\\{", "\\right\\}")):
+        if inner.startswith(opening) and inner.endswith(closing):
+            inner = inner[len(opening) : -len(closing)]
+    parts, depth, current = [], 0, []
+    for token in _PART_TOKEN.findall(inner):
+        if token in ("(", "[", "{", "\\{"):
+            depth += 1
+        elif token in (")", "]", "}", "\\}"):
+            depth -= 1
+        if depth == 0 and (token in (",", ";") or _AND.fullmatch(token)):
+            parts.append("".join(current).strip())
+            current = []
+            continue
+        current.append(token)
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
 
 
 def normalize_answer(text: str) -> str:
     """Normalise an answer string where math-verify's own normalisation falls short.
 
     Strips whitespace, enclosing `$...$`, a trailing period and a trailing degree sign; turns thousands separators
-    (`10,000`, `10{,}000`, `10\\,000`) into plain digits; `\\dfrac`/`\\tfrac` into `\\frac`; a float-stored integer
-    (`27.0`) into `27`. Percent signs are kept: `answer_variants` handles them.
+    (`10,000`, `1 000`, `10{,}000`, `10\\,000`) into plain digits, and any other comma between digits into an item
+    separator (`0,111` -> `0, 111`: a decimal comma is never guessed); `\\dfrac`/`\\tfrac` into `\\frac`; a
+    float-stored integer (`27.0`) into `27`. Percent signs are kept: `answer_variants` handles them.
     """
     text = text.strip()
     match = _ENCLOSING_DOLLARS.match(text)
@@ -174,12 +227,34 @@ def normalize_answer(text: str) -> str:
     text = _DEGREES.sub("", text)
     text = _LATEX_THOUSANDS.sub("", text)
     if _THOUSANDS.fullmatch(text):
-        text = text.replace(",", "")
+        text = text.replace(",", "").replace(" ", "")
+    text = _ITEM_COMMA.sub(", ", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     match = _FLOAT_STORED_INTEGER.fullmatch(text)
     if match:
         text = match.group(1)
     return text
+
+
+def normalize_region(text: str) -> str:
+    """Normalise free text (a final-answer line, an `<answer>` tag) before math-verify reads it.
+
+    `\\mathbf{3 9 2}` becomes `392`. Thousands separators become plain digits where they are separators
+    (`1,000`, `1 000`, `10{,}000`, `10\\,000`),
+    except right inside brackets (`[1,100]` is an interval); every other comma between digits becomes an item
+    separator (`0,111` -> `0, 111`), so that no decimal comma is guessed.
+    """
+    text = _LATEX_THOUSANDS.sub("", text.strip())
+    text = _SPACED_BOLD_DIGITS.sub(lambda m: re.sub(r"\s+", "", m.group(1)), text)
+    return _DIGIT_GROUPS.sub(_digit_group, text)
+
+
+def _digit_group(match: re.Match) -> str:
+    token = match.group()
+    inside_brackets = match.start() > 0 and match.string[match.start() - 1] in "([{"
+    if _THOUSANDS.fullmatch(token) and not inside_brackets:
+        return token.replace(",", "").replace(" ", "")
+    return token.replace(",", ", ")
 
 
 def strip_percent(text: str) -> str | None:
@@ -204,7 +279,9 @@ def normalize_gold(gold: Any) -> str | None:
     """The gold answer as an answer string, or None if there is none.
 
     Accepts a plain value (`3/4`, `0.75`, `\\frac{3}{4}`), a number stored as a float (`27.0`), a GSM8K solution
-    ending in `#### 72` (`#### 1,000` too), and a full solution containing `\\boxed{...}` (the last one counts).
+    ending in `#### 72` (`#### 1,000` too), and a full solution containing `\\boxed{...}`: its final group of boxes
+    counts, several boxes as one list (`\\boxed{1}\\boxed{2}` -> `1, 2`, never just the last). A box that never
+    closes (`\\boxed{\\frac{1}{2}`) is read up to the end, as math-verify reads it.
     """
     if gold is None:
         return None
@@ -220,10 +297,10 @@ def normalize_gold(gold: Any) -> str | None:
     if _GSM8K_MARK in text:
         text = text[text.rfind(_GSM8K_MARK) + len(_GSM8K_MARK) :]
     elif "\\boxed" in text or "\\fbox" in text:
-        boxed = last_boxed(text)
-        if boxed is None:
-            return None
-        text = boxed
+        boxes = [normalize_answer(box) for box in last_boxed_group(text)]
+        if not boxes:
+            boxes = [unclosed_boxed(text) or ""]
+        text = ", ".join(box for box in boxes if box)
     text = normalize_answer(text)
     return text or None
 

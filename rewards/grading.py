@@ -2,7 +2,8 @@
 
 `Grader.grade(texts, golds)` is what the `accuracy` and `cosine_length` rewards call on a batch:
 
-1. the gold is normalised once per distinct gold and the final answer extracted (`rewards.extract`, linear time);
+1. the gold is normalised once per distinct gold and the final answer extracted under the grader's
+   `extraction_mode` (`rewards.answer_policy`, linear time);
 2. a verdict already known for the same (gold, answer) pair is reused: the G completions of a group often agree;
 3. two plain numbers are compared exactly in microseconds (`fast_numeric_verdict`), never reaching sympy;
 4. what is left, deduplicated, goes to the verifier processes (`rewards.pool`), each pair under a hard deadline;
@@ -20,15 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rewards.answer_policy import DEFAULT_EXTRACTION_MODE, check_extraction_mode, extract_answer
 from rewards.deadline import DeadlineExceeded, alarm_deadline, on_main_thread
 from rewards.extract import (
     Answer,
     answer_variants,
     completion_text,
-    extract_answer,
     fast_numeric_verdict,
     normalize_answer,
     normalize_gold,
+    top_level_parts,
 )
 from rewards.pool import PoolUnavailable, default_num_workers, get_pool
 
@@ -66,9 +68,17 @@ class Grader:
         timeout: seconds allowed to verify one (gold, answer) pair.
         num_workers: verifier processes (None: `default_num_workers()`; 0: verify in this process).
         memory_mb: address-space limit of each verifier process (None: none).
+        extraction_mode: which part of a completion is its final answer (`rewards.answer_policy.EXTRACTION_MODES`).
     """
 
-    def __init__(self, timeout: float = 5.0, num_workers: int | None = None, memory_mb: int | None = 2048) -> None:
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        num_workers: int | None = None,
+        memory_mb: int | None = 2048,
+        extraction_mode: str = DEFAULT_EXTRACTION_MODE,
+    ) -> None:
+        self.extraction_mode = check_extraction_mode(extraction_mode)
         if timeout <= 0:
             raise ValueError(f"reward_timeout must be > 0 seconds, got {timeout}.")
         self.timeout = float(timeout)
@@ -89,14 +99,18 @@ class Grader:
         """Grade each completion (text or conversational) against the gold at the same position."""
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers: they must align.")
-        gold_texts = [normalize_gold(g) for g in golds]
-        answers = [extract_answer(completion_text(c)) for c in completions]
+        gold_texts = _normalize_golds(golds)
+        multipart = {g: len(top_level_parts(g)) > 1 for g in set(gold_texts) if g is not None}
+        answers = [
+            extract_answer(completion_text(c), self.extraction_mode, multipart.get(g, False))
+            for c, g in zip(completions, gold_texts, strict=True)
+        ]
         pairs = zip(gold_texts, answers, strict=True)
-        keys = [None if g is None or a is None else (g, a.text, a.kind) for g, a in pairs]
+        keys = [None if g is None or a is None else (g, a.text, a.kind, a.context) for g, a in pairs]
         known = self._lookup(keys)
         slow = list(dict.fromkeys(k for k, v in zip(keys, known, strict=True) if k is not None and v is None))
         if slow:
-            outcomes = dict(zip(slow, self._verify_many("verify_answer", slow), strict=True))
+            outcomes = dict(zip(slow, self._verify_many("verify_reading", slow), strict=True))
             for key, outcome in outcomes.items():
                 self._remember(key, outcome)
             known = [outcomes.get(k) if v is None and k is not None else v for k, v in zip(keys, known, strict=True)]
@@ -136,16 +150,19 @@ class Grader:
             return False
         return None
 
-    def _lookup(self, keys: list[tuple | None]) -> list[tuple[str, bool | None] | None]:
-        """The known outcome of each key: cached, gold known unparsable, or fast path; None if unknown."""
-        known: list[tuple[str, bool | None] | None] = []
+    def _lookup(self, keys: list[tuple | None]) -> list[tuple[str, Any] | None]:
+        """The known outcome of each key: cached, gold known unparsable, or fast path; None if unknown.
+
+        An outcome is `(status, value)`; an `ok` value is `verify_reading`'s `(verdict, reading)`.
+        """
+        known: list[tuple[str, Any] | None] = []
         for key in keys:
             if key is None:
                 known.append(None)
                 continue
-            gold, answer, _ = key
+            gold, answer, _, _ = key
             if gold in self._unparsable_golds:
-                known.append((OK, None))
+                known.append((OK, (None, None)))
                 continue
             cached = self._verdicts.get(key)
             if cached is not None:
@@ -153,29 +170,32 @@ class Grader:
                 known.append(cached)
                 continue
             fast = self._fast(gold, answer)
-            known.append(None if fast is None else (OK, fast))
+            known.append(None if fast is None else (OK, (fast, None)))
         return known
 
     def _remember(self, key: tuple, outcome: tuple[str, Any]) -> None:
         status, value = outcome
-        if status == OK and value is None:
+        if status == OK and value[0] is None:
             self._unparsable_golds.add(key[0])
             return
         # Failures are cached too: the same pathological answer in a group should cost one timeout, not G.
-        self._verdicts[key] = (status, bool(value) if status == OK else None)
+        self._verdicts[key] = (status, (bool(value[0]), value[1]) if status == OK else None)
         if len(self._verdicts) > _VERDICT_CACHE_SIZE:
             self._verdicts.popitem(last=False)
 
     def _result(self, gold: str | None, answer: Answer | None, key, outcome) -> GradeResult:
         extracted = answer.text if answer is not None else None
-        if gold is None or (outcome is not None and outcome[0] == OK and outcome[1] is None):
+        if gold is None or (outcome is not None and outcome[0] == OK and outcome[1][0] is None):
             return GradeResult(None, extracted, GOLD_UNPARSABLE)
         if answer is None:
             return GradeResult(False, None, NO_ANSWER)
-        status, verdict = outcome
+        status, value = outcome
         if status != OK:
             return GradeResult(False, extracted, status)
-        return GradeResult(bool(verdict), extracted, OK)
+        verdict, reading = value
+        if reading == "":  # free text in which math-verify read no answer
+            return GradeResult(False, None, NO_ANSWER)
+        return GradeResult(bool(verdict), extracted if reading is None else reading, OK)
 
     def warn_unparsable_gold(self, gold: Any) -> bool:
         """Log a gold that cannot be parsed, once per distinct gold; returns whether it was new."""
@@ -202,9 +222,9 @@ class Grader:
         return [self._verify_here(name, job) for job in jobs]
 
     def _verify_here(self, name: str, job: tuple) -> tuple[str, Any]:
-        from rewards.equivalence import equivalent, verify_answer
+        from rewards._worker import FUNCTIONS
 
-        function = verify_answer if name == "verify_answer" else equivalent
+        function = FUNCTIONS[name]
         if not on_main_thread() and not self._warned_unbounded:
             self._warned_unbounded = True
             logger.warning(
@@ -220,16 +240,36 @@ class Grader:
             return ERROR, f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+def _normalize_golds(golds: Sequence[Any]) -> list[str | None]:
+    """`normalize_gold` of each gold, once per distinct gold (the G completions of a group share theirs)."""
+    cache: dict[tuple, str | None] = {}
+    texts = []
+    for gold in golds:
+        try:
+            key = (type(gold), gold)  # the type too: 1, 1.0 and True are equal keys but different golds
+            if key not in cache:
+                cache[key] = normalize_gold(gold)
+            texts.append(cache[key])
+        except TypeError:  # an unhashable gold (a list)
+            texts.append(normalize_gold(gold))
+    return texts
+
+
 _GRADERS: dict[tuple, Grader] = {}
 _GRADERS_LOCK = threading.Lock()
 
 
-def get_grader(timeout: float = 5.0, num_workers: int | None = None, memory_mb: int | None = 2048) -> Grader:
+def get_grader(
+    timeout: float = 5.0,
+    num_workers: int | None = None,
+    memory_mb: int | None = 2048,
+    extraction_mode: str = DEFAULT_EXTRACTION_MODE,
+) -> Grader:
     """The shared `Grader` for these settings (rewards with the same settings share one pool and its caches)."""
-    key = (float(timeout), num_workers, memory_mb)
+    key = (float(timeout), num_workers, memory_mb, extraction_mode)
     with _GRADERS_LOCK:
         if key not in _GRADERS:
-            _GRADERS[key] = Grader(timeout, num_workers, memory_mb)
+            _GRADERS[key] = Grader(timeout, num_workers, memory_mb, extraction_mode)
         return _GRADERS[key]
 
 

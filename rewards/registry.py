@@ -62,7 +62,12 @@ class RewardFunctionError(RuntimeError):
 
 
 def _grader(settings: RewardArguments):
-    return get_grader(settings.reward_timeout, settings.reward_num_workers, settings.reward_worker_memory_mb)
+    return get_grader(
+        settings.reward_timeout,
+        settings.reward_num_workers,
+        settings.reward_worker_memory_mb,
+        settings.answer_extraction_mode,
+    )
 
 
 def _cosine(settings: RewardArguments, max_completion_length: int | None) -> CosineLengthReward:

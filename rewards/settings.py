@@ -24,6 +24,18 @@ class RewardArguments(CodeRewardArguments):
             "this list."
         },
     )
+    answer_extraction_mode: str = field(
+        default="math_verify",
+        metadata={
+            "help": "Which part of a completion the accuracy and cosine_length rewards (and evaluation) read as its "
+            "final answer. boxed_only: only the final \\boxed{} (a run of boxes as one list when the gold has several "
+            "parts). math_verify: boxes, else the <answer> tag, else the number after ####, else the final-answer "
+            "region (from the last 'answer' phrase, or the last line with math) read by math-verify's extraction, "
+            "numbers only as whole tokens. lenient: math_verify, plus the last LaTeX span anywhere in the "
+            "completion's tail when the region holds none. See docs/grading.md.",
+            "choices": ["boxed_only", "math_verify", "lenient"],
+        },
+    )
     reward_timeout: float = field(
         default=5.0,
         metadata={

@@ -502,3 +502,24 @@ def test_recipe_prompt_settings(tmp_path):
     assert ev._prompt_settings(args) == ("chat", "Be brief.", {"enable_thinking": True})
     with pytest.raises(FileNotFoundError, match="recipe 'nope.yaml' not found"):
         ev.recipe_prompt_settings("nope.yaml")
+
+
+def test_evaluation_reads_answers_with_the_recipes_extraction_mode(tmp_path):
+    from drgrpo.evaluation.runner import extraction_mode
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("answer_extraction_mode: boxed_only\n")
+    assert extraction_mode(ev.EvalArguments(model_name_or_path="m")) == "math_verify"
+    assert extraction_mode(ev.EvalArguments(model_name_or_path="m", recipe=str(recipe))) == "boxed_only"
+    args = ev.EvalArguments(model_name_or_path="m", recipe=str(recipe), answer_extraction_mode="lenient")
+    assert extraction_mode(args) == "lenient"
+    with pytest.raises(ValueError, match="answer_extraction_mode='boxed'"):
+        ev.EvalArguments(model_name_or_path="m", answer_extraction_mode="boxed")
+    completions, golds = ["The answer is 4.", "So \\boxed{4}."], ["4", "4"]
+    assert [v for v, _ in ev.grade_completions(completions, golds, "boxed_only")] == [ev.NO_ANSWER, ev.CORRECT]
+    assert [v for v, _ in ev.grade_completions(completions, golds, "math_verify")] == [ev.CORRECT, ev.CORRECT]
+
+
+def test_a_gold_with_several_boxes_keeps_them_all():
+    assert ev.last_boxed("so $\\boxed{1}$ and $\\boxed{2}$.") == "1, 2"
+    assert ev.last_boxed("first \\boxed{1}, then after checking \\boxed{2}") == "2"

@@ -51,7 +51,8 @@ def test_adversarial_completions_score_without_crash_or_hang(grader):
     assert len(results) == len(ADVERSARIAL)
     by_text = dict(zip(range(len(ADVERSARIAL)), results, strict=True))
     assert by_text[4].verdict is True  # the 1 MB completion still has its answer found
-    assert by_text[9].extracted == "7"  # an unclosed box: the fallback finds the last number
+    # A box cut off before it closes holds no answer, and `{7` is no whole-token number: nothing is guessed.
+    assert by_text[9].status == "no_answer"
     for result in results:
         assert result.verdict in (True, False)
         assert result.status in ("ok", "no_answer", "timeout", "error", "crash")
@@ -107,6 +108,21 @@ def test_a_hung_worker_is_killed_and_a_crashed_one_replaced_and_close_ends_them(
         os.kill(third, 0)
     with pytest.raises(RuntimeError, match="closed"):
         pool.map("ping", [("x",)], timeout=1.0)
+
+
+def test_a_job_that_ignores_the_alarm_gets_its_worker_killed_gone_and_replaced():
+    # The job blocks SIGALRM and spins for 60 s: the in-worker alarm cannot stop it, only the pool's kill can.
+    with VerifierPool(num_workers=1, memory_mb=None, warm_up=False) as pool:
+        assert pool.map("ping", [("ready",)], timeout=5.0) == [("ok", "ready")]
+        (spinner,) = pool.pids
+        results = pool.map("ignore_alarm_and_spin", [(60.0,)], timeout=0.3)
+        assert results == [("timeout", None)]
+        assert pool.restarts == 1
+        with pytest.raises(ProcessLookupError):  # killed and reaped: no such process any more
+            os.kill(spinner, 0)
+        (replacement,) = pool.pids
+        assert replacement != spinner
+        assert pool.map("ping", [("after",)], timeout=5.0) == [("ok", "after")]
 
 
 def test_in_process_grading_is_bounded_on_the_main_thread():

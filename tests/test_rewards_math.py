@@ -184,10 +184,10 @@ def test_grade_answer_returns_verdict_and_extracted_answer():
         ("\\boxed{1} then \\boxed{\\frac{1}{2}}", Answer("\\frac{1}{2}", "latex")),
         ("\\fbox{7}", Answer("7", "latex")),
         ("\\boxed 5 is it", Answer("5", "latex")),
-        ("\\boxed{\\{1,2\\}}", Answer("\\{1,2\\}", "latex")),
+        ("\\boxed{\\{1,2\\}}", Answer("\\{1, 2\\}", "latex")),
         ("<answer> 12 </answer>", Answer("12", "text")),
         ("blah #### 1,234 more 5", Answer("1234", "number")),
-        ("3 apples and 4 pears make 7.", Answer("7", "number")),
+        ("3 apples and 4 pears make 7.", Answer("3 apples and 4 pears make 7.", "text")),  # math-verify reads it
         ("", None),
         ("no digits", None),
         ("\\boxed{}", None),

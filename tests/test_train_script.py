@@ -19,6 +19,9 @@ def test_tiny_recipe_trains_and_saves(tiny_model_path, addition_data, tmp_path):
         "--output_dir", str(output_dir),
         "--max_steps", "3", "--logging_steps", "1",
         "--per_device_train_batch_size", "16", "--num_generations", "4",
+        # accuracy alone gives a random model's garbage all zeros (no fragment is credited): a dense reward next to
+        # it makes the advantages non-zero, so three steps must change the weights.
+        "--reward_funcs", "accuracy", "tests/fixtures/digit_share.py:digit_share",
     ]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

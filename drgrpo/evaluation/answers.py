@@ -25,14 +25,13 @@ def last_boxed(text: str) -> str | None:
     """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`) in `text`; None if there is none.
 
     How MATH and Minerva-Math mark the final answer inside a worked solution (Hendrycks et al. 2021; Lewkowycz et
-    al. 2022). The reward library's extractor, so that a gold is read exactly as the verifier reads answers.
+    al. 2022). The reward library's extractor, so that a gold is read exactly as the verifier reads answers: a final
+    run of boxes (`\\boxed{1} and \\boxed{2}`) is one answer listing every box, never only the last.
     """
-    from rewards.extract import last_boxed as reward_last_boxed
+    from rewards.extract import last_boxed_group
 
-    content = reward_last_boxed(text)
-    if content is None:
-        return None
-    return content.strip() or None
+    parts = [part.strip() for part in last_boxed_group(text)]
+    return ", ".join(part for part in parts if part) or None
 
 
 def _strip_dollars(text: str) -> str:

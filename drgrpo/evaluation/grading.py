@@ -8,16 +8,28 @@ CORRECT, INCORRECT, NO_ANSWER, GOLD_UNPARSABLE = "correct", "incorrect", "no_ans
 GRADING_FAILURES = ("timeout", "error", "crash")  # the verifier gave up on the answer; scored incorrect
 
 
-def grade_completions(completions: Sequence[str], golds: Sequence[str | None]) -> list[tuple[str, str | None]]:
+def grade_completions(
+    completions: Sequence[str], golds: Sequence[str | None], extraction_mode: str = "math_verify"
+) -> list[tuple[str, str | None]]:
     """(verdict, extracted answer) of each completion against its gold, with the training verifier.
 
-    `rewards.grade_batch` is what the `accuracy` reward calls: same extraction, same math-verify comparison, same
-    time limits. Verdicts: correct, incorrect, no_answer (nothing extracted), gold_unparsable, or a grading failure
-    (timeout, error, crash), which the reward scores 0 as well.
+    `rewards.grade_batch` is what the `accuracy` reward calls: same extraction (`extraction_mode`, the recipe's
+    `answer_extraction_mode`), same math-verify comparison, same time limits. Verdicts: correct, incorrect,
+    no_answer (nothing extracted), gold_unparsable, or a grading failure (timeout, error, crash), which the reward
+    scores 0 as well.
     """
-    from rewards import grade_batch
+    from rewards import get_grader, grade_batch
 
-    return [(_verdict_name(r.status, r.verdict), r.extracted) for r in grade_batch(list(completions), list(golds))]
+    results = grade_batch(list(completions), list(golds), get_grader(extraction_mode=extraction_mode))
+    return [(_verdict_name(r.status, r.verdict), r.extracted) for r in results]
+
+
+def answer_extraction_mode(mode: str | None, recipe: dict) -> str:
+    """`mode`, else the recipe's `answer_extraction_mode` (the one its accuracy reward trained with), else the reward
+    library's default; a ValueError names an unknown mode."""
+    from rewards.answer_policy import DEFAULT_EXTRACTION_MODE, check_extraction_mode
+
+    return check_extraction_mode(mode or recipe.get("answer_extraction_mode") or DEFAULT_EXTRACTION_MODE)
 
 
 def _verdict_name(status: str, verdict: bool | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
-from drgrpo.evaluation.grading import CORRECT, answers_equivalent, grade_completions
+from drgrpo.evaluation.grading import CORRECT, answer_extraction_mode, answers_equivalent, grade_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
 from drgrpo.evaluation.sampling import sample_seed
@@ -71,6 +72,14 @@ class EvalArguments:
             "the recipe's extra_eos_tokens). Each must be a single token of the model's tokenizer."
         },
     )
+    answer_extraction_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Which part of a completion is its final answer: boxed_only, math_verify or lenient "
+            "(docs/grading.md). Default: the recipe's answer_extraction_mode, else math_verify, as in training.",
+            "choices": ["boxed_only", "math_verify", "lenient"],
+        },
+    )
     n: int = field(default=1, metadata={"help": "Samples per problem."})
     temperature: float = field(default=0.0, metadata={"help": "Sampling temperature; 0 is greedy decoding."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling cut (1.0: off)."})
@@ -105,6 +114,10 @@ class EvalArguments:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}.")
         if self.answer_format is not None and self.answer_format not in ANSWER_FORMATS:
             raise ValueError(f"answer_format {self.answer_format!r}: choose one of {', '.join(ANSWER_FORMATS)}.")
+        if self.answer_extraction_mode is not None:
+            from rewards.answer_policy import check_extraction_mode
+
+            check_extraction_mode(self.answer_extraction_mode)
         if self.n > 1 and self.temperature == 0:
             logger.warning("n=%d with temperature 0: greedy samples are identical, pass@k = pass@1.", self.n)
 
@@ -180,6 +193,11 @@ def recipe_prompt_settings(recipe: str | Path) -> dict:
     recipe YAML."""
     settings = _recipe_settings(recipe)
     return {key: settings[key] for key in _TEMPLATE_KEYS if settings.get(key) is not None}
+
+
+def extraction_mode(args: EvalArguments) -> str:
+    """The answer-extraction mode: the argument, else the recipe's, else the reward library's default."""
+    return answer_extraction_mode(args.answer_extraction_mode, _recipe_settings(args.recipe))
 
 
 def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
@@ -263,6 +281,7 @@ def run_evaluation(args: EvalArguments) -> dict:
 
     bench = resolve_benchmark(args)
     template, system_prompt, chat_kwargs = _prompt_settings(args)
+    mode = extraction_mode(args)
     output_dir = Path(args.output_dir or Path("outputs/eval") / _sanitize(args.model_name_or_path) / bench.name)
     config = {
         "model": args.model_name_or_path,
@@ -273,6 +292,7 @@ def run_evaluation(args: EvalArguments) -> dict:
         "prompt_template": template,
         "system_prompt": system_prompt,
         "chat_template_kwargs": chat_kwargs,
+        "answer_extraction_mode": mode,
         "n": args.n,
         "temperature": args.temperature,
         "top_p": args.top_p,
@@ -304,7 +324,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     if done:
         logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
     if pending:
-        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids)
+        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode)
 
     rows = read_samples(samples_path)
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
@@ -319,7 +339,9 @@ def run_evaluation(args: EvalArguments) -> dict:
     return summary
 
 
-def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids) -> None:
+def _generate_and_write(
+    args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+) -> None:
     from tqdm.auto import tqdm
 
     if backend_name == "vllm":
@@ -340,7 +362,7 @@ def _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, 
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
     golds = {p.index: p.gold for p in bench.problems}
     questions = {p.index: p.question for p in bench.problems}
-    grade = grade_completions
+    grade = functools.partial(grade_completions, extraction_mode=mode)
     if bench.answer_format == CODE_TESTS:  # run the programs on the tests, with the training recipe's code limits
         settings = code_settings(_recipe_settings(args.recipe))
 
