@@ -98,6 +98,13 @@ def code_task_row(i: int) -> Row:
     return rows[i % len(rows)]
 
 
+def flattened_verl_row(i: int) -> Row:
+    """verl's math parquet after the flattening that the converted recipe's header asks for: the question under the
+    recipe's (default) prompt_column `prompt`, the gold (verl's reward_model.ground_truth) under `answer`."""
+    a, b, c = _sum(i)
+    return {"prompt": f"What is ${a}+{b}$?", "answer": str(c)}
+
+
 # Hub dataset id (or the local path a recipe ships with) -> one row of that dataset's format.
 FORMATS: dict[str, Callable[[int], Row]] = {
     "DigitalLearningGmbH/MATH-lighteval": math_row,
@@ -105,8 +112,12 @@ FORMATS: dict[str, Callable[[int], Row]] = {
     "HuggingFaceH4/MATH-500": math500_row,
     "openai/gsm8k": gsm8k_row,
     "outputs/demo/data/train.jsonl": addition_row,
+    "outputs/bias/data/train.jsonl": addition_row,  # `make bias` writes the same question/answer columns
     "open-r1/verifiable-coding-problems-python-10k": verifiable_coding_row,
     "rewards/code/tasks/code_tasks.jsonl": code_task_row,
+    # The verl-converted recipe's files (recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml), flattened by the user.
+    "data/math_l3to5/train.parquet": flattened_verl_row,
+    "data/math500/test.parquet": flattened_verl_row,
 }
 
 

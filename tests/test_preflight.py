@@ -8,6 +8,7 @@ no weights are loaded) for `model_name_or_path`, and a local file in the format 
 
 from __future__ import annotations
 
+import json
 import re
 import runpy
 import sys
@@ -34,7 +35,10 @@ def with_local_data(recipe: dict, folder: Path) -> dict:
     if recipe.get("dataset_mixture"):
         sources = enumerate(recipe["dataset_mixture"])
         return {**recipe, "dataset_mixture": [local_source(e, folder / f"source{n}.jsonl") for n, e in sources]}
-    return local_source(recipe, folder / "train.jsonl")
+    local = local_source(recipe, folder / "train.jsonl")
+    if recipe.get("dataset_test_path"):  # a held-out file the recipe names: the same format, as a local file
+        local["dataset_test_path"] = str(write_format(recipe["dataset_test_path"], folder / "test.jsonl"))
+    return local
 
 
 def test_gpu_recipes_are_covered():
@@ -55,6 +59,11 @@ def test_show_prompts_on_a_cpu_machine(recipe_path, tiny_model_path, tmp_path, m
     assert f"prompt_template={recipe.get('prompt_template', 'chat')!r}" in out
     assert "===== prompt 1 of 1" in out
     prompt = out.split("=====\n", 1)[1].split("===== ends with")[0]
-    a, b = re.search(r"(\d+)\s*\+\s*(\d+)", prompt).groups()  # the stand-in questions are sums
+    if recipe.get("answer_column", "answer") is None:  # code problems: tests instead of an answer
+        rows = [json.loads(line) for line in Path(recipe["dataset_path"]).read_text().splitlines()]
+        # The prompt column read the way the recipe says: the shown prompt holds one of the stand-in problems.
+        assert any(row[recipe["prompt_column"]].split("\n")[0] in prompt for row in rows)
+        return
+    a, b = re.search(r"(\d+)\s*\+\s*(\d+)", prompt).groups()  # the stand-in math questions are sums
     gold = out.split("gold answer: ")[1].split()[0]
     assert int(gold) == int(a) + int(b)  # the answer column (and its extraction) read the way the recipe says

@@ -76,6 +76,8 @@ def cpu_variant(recipe: dict, model: Path, data_dir: Path, output_dir: Path) -> 
         name = recipe["dataset_name"]
         variant["dataset_test_path"] = str(write_format(name, data_dir / "test.jsonl", rows=8))
         del variant["dataset_test_split"]
+    elif variant.get("dataset_test_path"):  # a held-out file the recipe names: the same format, as a local file
+        variant["dataset_test_path"] = str(write_format(recipe["dataset_test_path"], data_dir / "test.jsonl", rows=8))
     variant.update(SIZES)
     variant.update({key: value for key, value in OPTIONAL_SIZES.items() if key in recipe})
     variant.update(GPU_ONLY)

@@ -60,7 +60,7 @@ def read_offline_run(run_folder: Path) -> tuple[str, set[str]]:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
         kind = record.WhichOneof("record_type")
-        if kind == "run":
+        if kind == "run" and record.run.display_name:  # a later run record may leave the name out (an update)
             name = record.run.display_name
         elif kind == "history":
             keys.update(item.key or "/".join(item.nested_key) for item in record.history.item)
