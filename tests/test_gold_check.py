@@ -101,6 +101,10 @@ state = PartialState()
 out = os.path.join(sys.argv[1], f"rank{state.process_index}.out")
 with open(out, "w") as f:
     json.dump({"result": result, "graded": graded, "processes": state.num_processes}, f)
+# A training run keeps its process group; this script ends here, so it tears the group down before exiting (a gloo
+# group left to interpreter shutdown can abort a rank: "terminate called without an active exception").
+state.wait_for_everyone()
+state.destroy_process_group()
 """
 
 

@@ -71,8 +71,11 @@ def read_offline_run(run_folder: Path) -> tuple[str, set[str]]:
 def test_offline_run_folder_has_diagnostics_and_no_key(tiny_model_path, addition_data, tmp_path):
     wandb_dir = tmp_path / "wandb-root"
     wandb_dir.mkdir()
+    # An in-process wandb run of an earlier test (tests/test_recipes_run.py) leaves WANDB_SERVICE, the address of its
+    # wandb-core service, in os.environ; a child inheriting it would log through that service, not its own.
+    inherited = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}
     env = {
-        **os.environ,
+        **inherited,
         "WANDB_MODE": "offline",
         "WANDB_DIR": str(wandb_dir),
         "WANDB_API_KEY": FAKE_KEY,
