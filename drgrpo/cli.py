@@ -24,7 +24,15 @@ if TYPE_CHECKING:
     from drgrpo.config import DrGRPOConfig, ScriptArguments
     from drgrpo.recipe_parser import RecipeParser
 
-__all__ = ["PREFLIGHT_BATCH", "check_keys", "explain_recipe", "make_parser", "parse_recipe", "recipe_argv"]
+__all__ = [
+    "BATCH_KEYS",
+    "PREFLIGHT_BATCH",
+    "check_keys",
+    "explain_recipe",
+    "make_parser",
+    "parse_recipe",
+    "recipe_argv",
+]
 
 HELP_ALL = "--help-all"
 # Checks that only inspect a recipe (--show_prompts) run on a CPU login node for any target world size: TRL checks
@@ -38,6 +46,8 @@ PREFLIGHT_BATCH = {
     "num_generations_eval": 2,
     "per_device_eval_batch_size": 2,
 }
+# The keys that decide TRL's batch rules: the stand-ins above and the two that set the generation round.
+BATCH_KEYS = (*PREFLIGHT_BATCH, "generation_batch_size", "steps_per_generation")
 
 
 def make_parser(*, help_all: bool = False) -> RecipeParser:
@@ -130,11 +140,36 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
 def explain_recipe(argv: Sequence[str]) -> str:
     """The GRPO family card of `RECIPE.yaml [--key value ...] --explain`, built from the config alone (no model).
 
-    Parsed with `use_cpu` set, because the card does not depend on the device and a GPU recipe's `bf16: true` would
-    otherwise be refused on a machine without a GPU.
+    Parsed as a pre-flight check (`parse_recipe(..., preflight=True)`): the card does not depend on the device, and
+    TRL's batch check at this machine's world size would refuse a recipe that is right for its target world size
+    (`scripts/plan.py` checks that). The card's batch values are then the recipe's own, not the stand-ins.
     """
     from drgrpo.family import family_card
+    from drgrpo.planning.launch import parse_for_planning, read_header
 
-    argv = [token for token in argv if token != "--explain"]
-    _, training_args, _ = parse_recipe([*argv, "--use_cpu", "true"])
+    argv = recipe_argv([token for token in argv if token != "--explain"])
+    path = recipe_path(argv)
+    if path is None:
+        raise RecipeError(
+            "--explain needs a recipe: `python scripts/train.py recipes/tiny_drgrpo.yaml --explain` "
+            "(recipes/*.yaml lists the shipped ones)."
+        )
+    index = argv.index("--config")
+    overrides = [*argv[:index], *argv[index + 2 :]]
+    _, training_args, _, batch = parse_for_planning(path, overrides)
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
+        setattr(training_args, key, int(batch[key]))
+    training_args.steps_per_generation = recipe_steps_per_generation(batch, read_header(path)["world_size"] or 1)
     return f"{training_args.algorithm_summary}\n{family_card(training_args)}"
+
+
+def recipe_steps_per_generation(batch: dict[str, Any], world_size: int) -> int:
+    """TRL's steps_per_generation for the recipe's own batch values (`GRPOConfig.__post_init__`): the recipe's
+    value, else generation_batch_size / (per_device_train_batch_size x world size) (at least 1), else
+    gradient_accumulation_steps."""
+    if batch.get("steps_per_generation") is not None:
+        return int(batch["steps_per_generation"])
+    if batch.get("generation_batch_size") is not None:
+        local = int(batch["per_device_train_batch_size"]) * world_size
+        return max(1, int(batch["generation_batch_size"]) // local)
+    return int(batch["gradient_accumulation_steps"])
