@@ -9,6 +9,7 @@ that fails.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -58,6 +59,14 @@ def batch_rules_hold(
     return (local * steps) % num_generations == 0 and (local * gradient_accumulation_steps) % num_generations == 0
 
 
+def _nearest(value: int, lowest: int, fits: Callable[[int], bool]) -> tuple[int | None, int | None]:
+    """The integers nearest to `value` for which `fits` holds, (below, above): below down to `lowest`, above within
+    `MAX_SEARCH`; None where there is none."""
+    below = next((v for v in range(value - 1, lowest - 1, -1) if fits(v)), None)
+    above = next((v for v in range(value + 1, max(value, MAX_SEARCH) + 1) if fits(v)), None)
+    return below, above
+
+
 def nearest_per_device(
     world_size: int,
     per_device_train_batch_size: int,
@@ -69,19 +78,58 @@ def nearest_per_device(
 ) -> tuple[int | None, int | None]:
     """The per_device_train_batch_size values nearest to the given one, (below, above), for which every rule holds
     with the other keys unchanged; None where there is none (below: none >= 1; above: none within `MAX_SEARCH`)."""
+    keys = {"steps_per_generation": steps_per_generation, "generation_batch_size": generation_batch_size}
+    return _nearest(
+        per_device_train_batch_size,
+        1,
+        lambda p: batch_rules_hold(world_size, p, gradient_accumulation_steps, num_generations, **keys),
+    )
 
-    def fits(per_device: int) -> bool:
+
+def nearest_num_generations(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    *,
+    steps_per_generation: int | None = None,
+    generation_batch_size: int | None = None,
+) -> tuple[int | None, int | None]:
+    """The num_generations values nearest to the given one, (below, above), for which every rule holds with the
+    other keys unchanged; None where there is none (below: none >= 2; above: none within `MAX_SEARCH`)."""
+    keys = {"steps_per_generation": steps_per_generation, "generation_batch_size": generation_batch_size}
+    return _nearest(
+        num_generations,
+        2,
+        lambda g: batch_rules_hold(world_size, per_device_train_batch_size, gradient_accumulation_steps, g, **keys),
+    )
+
+
+def nearest_generation_batch_size(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    generation_batch_size: int,
+) -> tuple[int | None, int | None]:
+    """The generation_batch_size values nearest to the given one, (below, above), for which every rule holds with
+    the other keys unchanged; None where there is none (below: none >= 1; above: none within `MAX_SEARCH` x the
+    smallest round, lcm(per_device x world, num_generations))."""
+
+    def fits(size: int) -> bool:
         return batch_rules_hold(
             world_size,
-            per_device,
+            per_device_train_batch_size,
             gradient_accumulation_steps,
             num_generations,
-            steps_per_generation=steps_per_generation,
-            generation_batch_size=generation_batch_size,
+            generation_batch_size=size,
         )
 
-    below = next((p for p in range(per_device_train_batch_size - 1, 0, -1) if fits(p)), None)
-    above = next((p for p in range(per_device_train_batch_size + 1, MAX_SEARCH + 1) if fits(p)), None)
+    unit = math.lcm(per_device_train_batch_size * world_size, num_generations)  # every fitting value is a multiple
+    first_below = (generation_batch_size - 1) // unit * unit
+    below = next((v for v in range(first_below, 0, -unit) if fits(v)), None)
+    first_above = (generation_batch_size // unit + 1) * unit
+    above = next((v for v in range(first_above, first_above + MAX_SEARCH * unit, unit) if fits(v)), None)
     return below, above
 
 
