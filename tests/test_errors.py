@@ -198,6 +198,8 @@ def test_batch_fix_with_steps_per_generation_is_one_the_planner_accepts():
     fix = suggested(translate_config_error(trl_error(4, 8), values, DEFAULTS, 1, "recipe r.yaml"))
     below, above = nearest_per_device(1, 1, 1, 8, steps_per_generation=4)
     assert fix["per_device_train_batch_size"] == [p for p in (below, above) if p is not None]
+    # By hand: a round of 2 x 4 = 8 holds one group of 8, and 4 completions hold one group of 4 (none above 8 does).
+    assert fix == {"per_device_train_batch_size": [2], "num_generations": [4]}
     assert all(batch_rules_hold(1, p, 1, 8, steps_per_generation=4) for p in fix["per_device_train_batch_size"])
     assert all(batch_rules_hold(1, 1, 1, g, steps_per_generation=4) for g in fix.get("num_generations", []))
 

@@ -54,6 +54,39 @@ def test_rules_agree_with_the_planner_findings(world, per_device, accumulation, 
     assert holds == planner_ok
 
 
+@settings(max_examples=200, deadline=None)
+@given(per_devices, accumulations, generations, round_keys)
+def test_rules_accept_exactly_what_trl_starts_with(tmp_path_factory, per_device, accumulation, num_generations, keys):
+    """At this process's world size (1) the planner's rules are TRL's own: no schedule TRL runs is refused. (TRL
+    shuffles a rollout before cutting it into steps_per_generation micro-batches, `GRPOTrainer._prepare_inputs`, so a
+    group spanning two optimizer steps is TRL's design when steps_per_generation > gradient_accumulation_steps, not
+    an error.)"""
+    import warnings
+
+    from trl import GRPOConfig
+
+    steps, generation_batch = keys
+    kwargs = {"steps_per_generation": steps, "generation_batch_size": generation_batch}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            GRPOConfig(
+                output_dir=str(tmp_path_factory.getbasetemp()),
+                use_cpu=True,
+                report_to="none",
+                per_device_train_batch_size=per_device,
+                gradient_accumulation_steps=accumulation,
+                num_generations=num_generations,
+                num_generations_eval=2,
+                per_device_eval_batch_size=2,
+                **kwargs,
+            )
+        trl_starts = True
+    except ValueError:
+        trl_starts = False
+    assert batch_rules_hold(1, per_device, accumulation, num_generations, **kwargs) == trl_starts
+
+
 def test_both_round_keys_set_never_holds():
     assert not batch_rules_hold(1, 8, 1, 2, steps_per_generation=1, generation_batch_size=8)
 
