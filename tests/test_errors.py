@@ -316,3 +316,42 @@ def test_other_scripts_print_one_line(tmp_path, monkeypatch, capsys):
         monkeypatch, capsys, "--input", str(tmp_path / "missing.jsonl"), script="scripts/score.py"
     )
     assert "missing.jsonl" in the_error(status, stderr)
+
+
+def test_from_verl_missing_or_malformed_config_is_one_line(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "nosuch.yaml"
+    error = the_error(*run_script(monkeypatch, capsys, str(missing), script="scripts/from_verl.py"))
+    assert f"verl config '{missing}' not found" in error
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("actor_rollout_ref:\n  rollout: [n: 8\n")
+    error = the_error(*run_script(monkeypatch, capsys, str(broken), script="scripts/from_verl.py"))
+    assert f"verl config '{broken}' line 3: not valid YAML (expected ',' or ']'" in error  # the list never closes
+
+
+def hub_recipe(tmp_path: Path, model: Path, **data: str) -> Path:
+    """The tiny recipe reading its data from `data` (a hub source) instead of its local file."""
+    import yaml
+
+    recipe = yaml.safe_load((ROOT / TINY).read_text())
+    recipe.pop("dataset_path")
+    recipe.update(data, model_name_or_path=str(model), output_dir=str(tmp_path / "out"))
+    path = tmp_path / "hub_recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_local_file_given_as_dataset_name_says_use_dataset_path(tmp_path, tiny_model_path, monkeypatch, capsys):
+    rows = tmp_path / "train.jsonl"
+    rows.write_text(json.dumps({"problem": "1+1", "solution": "\\boxed{2}"}) + "\n")
+    recipe = hub_recipe(tmp_path, tiny_model_path, dataset_name=str(rows), dataset_config="default")
+    error = the_error(*run_script(monkeypatch, capsys, str(recipe)))
+    assert f"dataset_name {str(rows)!r} is a local file, not a hub dataset: set dataset_path: {rows}" in error
+
+
+def test_unreachable_hub_dataset_offline_names_the_source_and_the_fix(tmp_path, tiny_model_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    error = the_error(
+        *run_script(monkeypatch, capsys, str(hub_recipe(tmp_path, tiny_model_path, dataset_name="nosuch/ds")))
+    )
+    assert "dataset_name 'nosuch/ds' (split train) could not be loaded" in error
+    assert "HF_HUB_OFFLINE=1 is set and it is not in the local cache" in error and "dataset_path" in error
