@@ -493,3 +493,13 @@ def test_plan_script_prints_vllm_serve_args(monkeypatch, capsys):
     assert out.split() == [
         "--model", "Qwen/Qwen3-8B", "--port", "8000", "--dtype", "bfloat16", "--max_model_len", "4024"
     ]  # fmt: skip
+
+
+def test_an_explicit_null_generation_batch_size_is_unset_for_the_planner_too(tmp_path):
+    # The planner and --show_prompts/--explain share one set of pre-flight stand-ins (drgrpo.cli): a recipe saying
+    # `generation_batch_size: null` beside steps_per_generation gets steps_per_generation's stand-in only; the
+    # planner's former copy tested `in values` and set both, which TRL refuses.
+    path = _broken(tmp_path, "qwen3_8b_drgrpo.yaml")
+    path.write_text(path.read_text() + "generation_batch_size: null\n")
+    report = plan_recipe(path)
+    assert report.batch.steps_per_generation == 8 and not [f for f in report.findings if f.level == "error"]
