@@ -355,3 +355,15 @@ def test_unreachable_hub_dataset_offline_names_the_source_and_the_fix(tmp_path, 
     )
     assert "dataset_name 'nosuch/ds' (split train) could not be loaded" in error
     assert "HF_HUB_OFFLINE=1 is set and it is not in the local cache" in error and "dataset_path" in error
+
+
+def test_parsing_a_recipe_prints_no_gradient_checkpointing_deprecation():
+    # TRL 1.16's GRPOConfig defaults gradient_checkpointing to True, so transformers' FutureWarning (use
+    # activation_checkpointing) came before every recipe's output, even one that never names the key.
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, training, _ = parse_recipe(["recipes/qwen3_8b_drgrpo.yaml"], preflight=True)
+    assert not [w for w in caught if "gradient_checkpointing" in str(w.message)], [str(w.message) for w in caught]
+    assert training.gradient_checkpointing is True and training.activation_checkpointing is True  # still applied
