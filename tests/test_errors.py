@@ -367,3 +367,8 @@ def test_parsing_a_recipe_prints_no_gradient_checkpointing_deprecation():
         _, training, _ = parse_recipe(["recipes/qwen3_8b_drgrpo.yaml"], preflight=True)
     assert not [w for w in caught if "gradient_checkpointing" in str(w.message)], [str(w.message) for w in caught]
     assert training.gradient_checkpointing is True and training.activation_checkpointing is True  # still applied
+
+
+def test_plan_rejects_zero_processes_in_one_line(monkeypatch, capsys):
+    error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_processes", "0", script="scripts/plan.py"))
+    assert "--num_processes must be 1 or more (training processes), got 0" in error
