@@ -33,9 +33,11 @@ __all__ = [
     "make_parser",
     "parse_recipe",
     "recipe_argv",
+    "require_recipe",
 ]
 
 HELP_ALL = "--help-all"
+TRAIN_USAGE = "python scripts/train.py RECIPE.yaml [--key value ...]"
 GRADIENT_CHECKPOINTING_DEPRECATION = r"`gradient_checkpointing(_kwargs)?` is deprecated"
 # Checks that only inspect a recipe (--show_prompts) run on a CPU login node for any target world size: TRL checks
 # the batch keys against the *current* world size (one CPU process), so they are parsed with stand-ins that pass at
@@ -91,6 +93,16 @@ def preflight_overrides(values: dict[str, Any]) -> list[str]:
     elif values.get("steps_per_generation") is not None:
         overrides += ["--steps_per_generation", "1"]
     return overrides
+
+
+def require_recipe(argv: Sequence[str]) -> None:
+    """A `RecipeError` with the usage when the command line names no recipe file (`--help` needs none)."""
+    if {"-h", "--help", HELP_ALL} & set(argv) or recipe_path(recipe_argv(argv)) is not None:
+        return
+    raise RecipeError(
+        f"No recipe given. Usage: {TRAIN_USAGE} (the shipped recipes are recipes/*.yaml, e.g. "
+        "recipes/tiny_drgrpo.yaml; `--help` lists the keys)."
+    )
 
 
 def _print_help_and_exit(argv: Sequence[str]) -> None:
@@ -155,12 +167,8 @@ def explain_recipe(argv: Sequence[str]) -> str:
     from drgrpo.planning.launch import parse_for_planning, read_header
 
     argv = recipe_argv([token for token in argv if token != "--explain"])
+    require_recipe(argv)
     path = recipe_path(argv)
-    if path is None:
-        raise RecipeError(
-            "--explain needs a recipe: `python scripts/train.py recipes/tiny_drgrpo.yaml --explain` "
-            "(recipes/*.yaml lists the shipped ones)."
-        )
     index = argv.index("--config")
     overrides = [*argv[:index], *argv[index + 2 :]]
     _, training_args, _, batch = parse_for_planning(path, overrides)

@@ -372,3 +372,9 @@ def test_parsing_a_recipe_prints_no_gradient_checkpointing_deprecation():
 def test_plan_rejects_zero_processes_in_one_line(monkeypatch, capsys):
     error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_processes", "0", script="scripts/plan.py"))
     assert "--num_processes must be 1 or more (training processes), got 0" in error
+
+
+@pytest.mark.parametrize("argv", [[], ["--explain"], ["--show_prompts", "2"], ["--max_steps", "1"]])
+def test_train_without_a_recipe_says_so_with_the_usage(monkeypatch, capsys, argv):
+    error = the_error(*run_script(monkeypatch, capsys, *argv))
+    assert "No recipe given. Usage: python scripts/train.py RECIPE.yaml [--key value ...]" in error
