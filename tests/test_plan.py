@@ -291,7 +291,7 @@ STEPS_PER_ROLLOUT = {
     "qwen3_8b_drgrpo_lora.yaml": 8,
     "qwen3_8b_drgrpo_vllm_server.yaml": 8,
     "qwen3_8b_grpo.yaml": 8,
-    "tiny_bias_drgrpo.yaml": 1,
+    "tiny_bias_drgrpo.yaml": 1,  # make bias: one optimizer step per generation round, like the demo
     "tiny_bias_grpo.yaml": 1,
     "tiny_drgrpo.yaml": 1,
     "tiny_drgrpo_code.yaml": 1,
