@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,9 +25,20 @@ if TYPE_CHECKING:
     from drgrpo.config import DrGRPOConfig, ScriptArguments
     from drgrpo.recipe_parser import RecipeParser
 
-__all__ = ["PREFLIGHT_BATCH", "check_keys", "explain_recipe", "make_parser", "parse_recipe", "recipe_argv"]
+__all__ = [
+    "BATCH_KEYS",
+    "PREFLIGHT_BATCH",
+    "check_keys",
+    "explain_recipe",
+    "make_parser",
+    "parse_recipe",
+    "recipe_argv",
+    "require_recipe",
+]
 
 HELP_ALL = "--help-all"
+TRAIN_USAGE = "python scripts/train.py RECIPE.yaml [--key value ...]"
+GRADIENT_CHECKPOINTING_DEPRECATION = r"`gradient_checkpointing(_kwargs)?` is deprecated"
 # Checks that only inspect a recipe (--show_prompts) run on a CPU login node for any target world size: TRL checks
 # the batch keys against the *current* world size (one CPU process), so they are parsed with stand-ins that pass at
 # any world size (`scripts/plan.py` checks the recipe's own values for the target), and `use_cpu` so that
@@ -38,6 +50,8 @@ PREFLIGHT_BATCH = {
     "num_generations_eval": 2,
     "per_device_eval_batch_size": 2,
 }
+# The keys that decide TRL's batch rules: the stand-ins above and the two that set the generation round.
+BATCH_KEYS = (*PREFLIGHT_BATCH, "generation_batch_size", "steps_per_generation")
 
 
 def make_parser(*, help_all: bool = False) -> RecipeParser:
@@ -81,6 +95,16 @@ def preflight_overrides(values: dict[str, Any]) -> list[str]:
     return overrides
 
 
+def require_recipe(argv: Sequence[str]) -> None:
+    """A `RecipeError` with the usage when the command line names no recipe file (`--help` needs none)."""
+    if {"-h", "--help", HELP_ALL} & set(argv) or recipe_path(recipe_argv(argv)) is not None:
+        return
+    raise RecipeError(
+        f"No recipe given. Usage: {TRAIN_USAGE} (the shipped recipes are recipes/*.yaml, e.g. "
+        "recipes/tiny_drgrpo.yaml; `--help` lists the keys)."
+    )
+
+
 def _print_help_and_exit(argv: Sequence[str]) -> None:
     make_parser(help_all=HELP_ALL in argv).print_help()
     sys.exit(0)
@@ -112,7 +136,12 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
     if preflight:
         argv = [*argv, *preflight_overrides(values)]
     try:
-        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+        with warnings.catch_warnings():
+            # TRL 1.16's GRPOConfig defaults `gradient_checkpointing` to True, so transformers warns that the name is
+            # deprecated for every recipe, even one that never sets it. The key still works (transformers copies it
+            # to `activation_checkpointing`, and TRL reads it), so the warning has nothing for the user to do.
+            warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_DEPRECATION, category=FutureWarning)
+            script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except RecipeError:
         raise
     except ValueError as error:
@@ -130,11 +159,32 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
 def explain_recipe(argv: Sequence[str]) -> str:
     """The GRPO family card of `RECIPE.yaml [--key value ...] --explain`, built from the config alone (no model).
 
-    Parsed with `use_cpu` set, because the card does not depend on the device and a GPU recipe's `bf16: true` would
-    otherwise be refused on a machine without a GPU.
+    Parsed as a pre-flight check (`parse_recipe(..., preflight=True)`): the card does not depend on the device, and
+    TRL's batch check at this machine's world size would refuse a recipe that is right for its target world size
+    (`scripts/plan.py` checks that). The card's batch values are then the recipe's own, not the stand-ins.
     """
     from drgrpo.family import family_card
+    from drgrpo.planning.launch import parse_for_planning, read_header
 
-    argv = [token for token in argv if token != "--explain"]
-    _, training_args, _ = parse_recipe([*argv, "--use_cpu", "true"])
+    argv = recipe_argv([token for token in argv if token != "--explain"])
+    require_recipe(argv)
+    path = recipe_path(argv)
+    index = argv.index("--config")
+    overrides = [*argv[:index], *argv[index + 2 :]]
+    _, training_args, _, batch = parse_for_planning(path, overrides)
+    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
+        setattr(training_args, key, int(batch[key]))
+    training_args.steps_per_generation = recipe_steps_per_generation(batch, read_header(path)["world_size"] or 1)
     return f"{training_args.algorithm_summary}\n{family_card(training_args)}"
+
+
+def recipe_steps_per_generation(batch: dict[str, Any], world_size: int) -> int:
+    """TRL's steps_per_generation for the recipe's own batch values (`GRPOConfig.__post_init__`): the recipe's
+    value, else generation_batch_size / (per_device_train_batch_size x world size) (at least 1), else
+    gradient_accumulation_steps."""
+    if batch.get("steps_per_generation") is not None:
+        return int(batch["steps_per_generation"])
+    if batch.get("generation_batch_size") is not None:
+        local = int(batch["per_device_train_batch_size"]) * world_size
+        return max(1, int(batch["generation_batch_size"]) // local)
+    return int(batch["gradient_accumulation_steps"])

@@ -2,61 +2,73 @@
 
 TRL checks that a generation round holds whole groups: "generation_batch_size (64) must be divisible by
 num_generations (5)", naming a key the recipe never set. Here the same condition is explained with the keys that
-decide it (per_device_train_batch_size x gradient_accumulation_steps x world size, TRL's `GRPOConfig.__post_init__`)
-and with integer values that satisfy it. Pure functions; no torch import.
+decide it (per_device_train_batch_size x steps_per_generation x world size, TRL's `GRPOConfig.__post_init__`)
+and with integer values that satisfy it. The values come from the planner (`drgrpo.planning.fit`), so that a fix
+offered here is one `scripts/plan.py` accepts. Pure functions; no torch import.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from drgrpo.errors import RecipeError
+from drgrpo.planning.fit import nearest_generation_batch_size, nearest_num_generations, nearest_per_device
 
 _GENERATION_BATCH = re.compile(r"generation_batch_size \((\d+)\) must be divisible by num_generations \((\d+)\)")
 _GLOBAL_BATCH = re.compile(r"generation_batch_size \((\d+)\) must be divisible by the global batch size \((\d+)\)")
 _NO_BF16 = "doesn't support bf16/gpu"
 
 
-def multiples_around(value: int, step: int) -> list[int]:
-    """The multiples of `step` nearest to `value`: the one below (if positive) and the one above, ascending."""
-    below = value // step * step
-    above = below + step
-    return [m for m in (below, above) if m > 0 and m != value] or [above]
-
-
-def divisors_around(total: int, target: int) -> list[int]:
-    """The divisors of `total` that are >= 2 and nearest to `target`: the largest below it and the smallest above."""
-    divisors = [d for d in range(2, total + 1) if total % d == 0]
-    below = [d for d in divisors if d < target]
-    above = [d for d in divisors if d > target]
-    return ([below[-1]] if below else []) + ([above[0]] if above else [])
-
-
-def _or(values: list[int]) -> str:
-    return " or ".join(str(v) for v in values)
+def _or(values: tuple[int | None, int | None]) -> str:
+    return " or ".join(str(v) for v in values if v is not None)
 
 
 def batch_fix(
-    per_device_train_batch_size: int, factor: int, factor_text: str, num_generations: int, world_size: int
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    steps_per_generation: int | None,
+    num_generations: int,
+    world_size: int,
 ) -> str:
-    """The explanation and fix for a generation round of `per_device_train_batch_size x factor x world_size`
-    completions that is not a multiple of `num_generations` (`factor`: gradient_accumulation_steps or
-    steps_per_generation, named by `factor_text`)."""
+    """The explanation and fix for a generation round of per_device_train_batch_size x steps_per_generation (or
+    gradient_accumulation_steps, when unset) x world size completions that is not a multiple of `num_generations`.
+
+    The values offered are the planner's (`drgrpo.planning.fit`): the nearest per-device batches, and group sizes,
+    for which every batch rule holds with the other keys unchanged.
+    """
+    keys = {"steps_per_generation": steps_per_generation}
+    batch = (world_size, per_device_train_batch_size, gradient_accumulation_steps, num_generations)
+    per_device = _or(nearest_per_device(*batch, **keys))
+    generations = _or(nearest_num_generations(*batch, **keys))
+    if steps_per_generation is not None:
+        factor, factor_text = steps_per_generation, "steps_per_generation"
+    else:
+        factor, factor_text = gradient_accumulation_steps, "gradient_accumulation_steps"
     total = per_device_train_batch_size * factor * world_size
-    step = num_generations // math.gcd(num_generations, factor * world_size)  # smallest batch that fills groups
-    fixes = [f"per_device_train_batch_size: {_or(multiples_around(per_device_train_batch_size, step))}"]
-    generations = divisors_around(total, num_generations)
-    if generations:
-        fixes.append(f"num_generations: {_or(generations)}")
+    fixes = [f"per_device_train_batch_size: {per_device}"] if per_device else []
+    fixes += [f"num_generations: {generations}"] if generations else []
     return (
         f"A generation round holds per_device_train_batch_size ({per_device_train_batch_size}) x {factor_text} "
         f"({factor}) x world size ({world_size}) = {total} completions, not a multiple of num_generations "
         f"({num_generations}): each prompt's group of {num_generations} must fit in one round. Fix: "
-        f"{', or '.join(fixes)} (`python scripts/plan.py RECIPE --num_processes N` checks a target world size)."
+        f"{', or '.join(fixes) or 'none found near these values'} (`python scripts/plan.py RECIPE --num_processes N` "
+        "checks a target world size)."
     )
+
+
+def _generation_batch_size_fix(values: Mapping[str, int], world_size: int) -> str:
+    below, above = nearest_generation_batch_size(
+        world_size,
+        values["per_device_train_batch_size"],
+        values["gradient_accumulation_steps"],
+        values["num_generations"],
+        values["generation_batch_size"],
+    )
+    if below is None and above is None:
+        return "leave generation_batch_size unset and set steps_per_generation instead."
+    return f"generation_batch_size: {_or((below, above))}, or leave it unset."
 
 
 def translate_config_error(
@@ -71,31 +83,30 @@ def translate_config_error(
     def value(key: str) -> Any:
         return values.get(key, defaults.get(key))
 
-    match = _GENERATION_BATCH.search(message)
+    match = _GENERATION_BATCH.search(message) or _GLOBAL_BATCH.search(message)
     if match:
-        generations = int(match.group(2))
-        per_device = int(value("per_device_train_batch_size"))
+        batch = {
+            key: None if value(key) is None else int(value(key))
+            for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation")
+        }
+        named = match.re is _GENERATION_BATCH  # TRL's message names num_generations; the other one does not
+        batch["num_generations"] = int(match.group(2) if named else value("num_generations"))
+        generation_batch = int(match.group(1))
+        local = batch["per_device_train_batch_size"] * world_size
         if value("generation_batch_size") is not None:
-            generation_batch = int(match.group(1))
-            step = math.lcm(generations, per_device * world_size)
+            fix = _generation_batch_size_fix({**batch, "generation_batch_size": generation_batch}, world_size)
             return RecipeError(
-                f"{where}: generation_batch_size ({generation_batch}) is not a multiple of num_generations "
-                f"({generations}) and of per_device_train_batch_size x world size ({per_device * world_size}). Fix: "
-                f"generation_batch_size: {_or(multiples_around(generation_batch, step))}, or leave it unset."
+                f"{where}: generation_batch_size ({generation_batch}) must be a multiple of num_generations "
+                f"({batch['num_generations']}) and of per_device_train_batch_size x world size ({local}). Fix: {fix}"
             )
-        if value("steps_per_generation") is not None:
-            factor, factor_text = int(value("steps_per_generation")), "steps_per_generation"
-        else:
-            factor, factor_text = int(value("gradient_accumulation_steps")), "gradient_accumulation_steps"
-        return RecipeError(f"{where}: {batch_fix(per_device, factor, factor_text, generations, world_size)}")
-    match = _GLOBAL_BATCH.search(message)
-    if match:
-        generation_batch, global_batch = int(match.group(1)), int(match.group(2))
-        return RecipeError(
-            f"{where}: generation_batch_size ({generation_batch}) must be a multiple of per_device_train_batch_size "
-            f"x world size ({global_batch}). Fix: generation_batch_size: "
-            f"{_or(multiples_around(generation_batch, global_batch))}, or leave it unset."
+        fix = batch_fix(
+            batch["per_device_train_batch_size"],
+            batch["gradient_accumulation_steps"],
+            batch["steps_per_generation"],
+            batch["num_generations"],
+            world_size,
         )
+        return RecipeError(f"{where}: {fix}")
     if _NO_BF16 in message:
         return RecipeError(
             f"{where}: bf16: true needs a GPU with bf16 support, and this machine has none. For a CPU run pass "

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import broadcast_object_list
 from transformers import TrainerCallback
 
 from drgrpo import metric_names
@@ -167,9 +168,9 @@ class DynamicSampler:
         if padded and not self.warned:
             self.warned = True
             logger.warning(
-                "dynamic_sampling: %d rounds gave %d of %d informative groups; %d all-equal groups (advantage 0) fill "
-                "the batch. Raise dynamic_sampling_max_rounds, or check the task's difficulty (this warning is shown "
-                "once; dynamic_sampling/groups_padded counts every step).",
+                "dynamic_sampling: %d rounds gave %d of %d informative groups; %d groups with all-equal rewards (no "
+                "reward signal) fill the batch. Raise dynamic_sampling_max_rounds, or check the task's difficulty "
+                "(this warning is shown once; dynamic_sampling/groups_padded counts every step).",
                 rounds,
                 kept_groups,
                 target,
@@ -238,9 +239,21 @@ class _SaveStreamPosition(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             return
+        # Only the main process wrote the file (`on_save`), to its own disk: on several nodes without shared storage
+        # the other ranks' disks lack it, and a rank that restarted the stream would refill from other prompts than
+        # rank 0. So the main process reads it and every rank takes its value.
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
-        if path.exists():
-            self.sampler.consumed = json.loads(path.read_text())["consumed"]
-            logger.info("dynamic_sampling: refill stream resumes after %d prompts", self.sampler.consumed)
-        else:
+        is_main = self.sampler.trainer.accelerator.is_main_process
+        saved = [read_stream_position(path) if is_main else None]
+        consumed = broadcast_object_list(saved, from_process=0)[0]
+        if consumed is not None:
+            self.sampler.consumed = consumed
+            if is_main:
+                logger.info("dynamic_sampling: refill stream resumes after %d prompts", consumed)
+        elif is_main:
             logger.warning("dynamic_sampling: %s is missing; the refill stream restarts from its beginning", path)
+
+
+def read_stream_position(path: Path) -> int | None:
+    """The refill stream's saved position (prompts consumed) in a checkpoint's `STATE_FILE`, or None if missing."""
+    return json.loads(path.read_text())["consumed"] if path.exists() else None

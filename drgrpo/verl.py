@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from drgrpo.errors import RecipeError, RecipeFileNotFoundError
+
 # verl algorithm.kl_penalty / actor.kl_loss_type names -> our kl_estimator (drgrpo/kl.py); verl spells k1 "kl" and k2
 # "mse" as well.
 VERL_KL_NAMES = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "k3": "k3", "low_var_kl": "low_var_kl"}
@@ -129,10 +131,26 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def read_verl_config(path: str | Path) -> dict[str, Any]:
-    """Flat `{dotted.key: value}` of a verl Hydra YAML, or of the `key=value` overrides in a launch script."""
-    text = Path(path).read_text()
-    if Path(path).suffix in (".yaml", ".yml"):
-        tree = yaml.safe_load(text) or {}
+    """Flat `{dotted.key: value}` of a verl Hydra YAML, or of the `key=value` overrides in a launch script.
+
+    A missing file, YAML that does not parse or a script line that is not shell syntax is a `RecipeError` naming the
+    file (and line)."""
+    file = Path(path)
+    if not file.is_file():
+        where = "is a folder, not a file" if file.is_dir() else f"not found (from {Path.cwd()})"
+        raise RecipeFileNotFoundError(
+            f"verl config {str(path)!r} {where}. Pass verl's Hydra YAML, or a launch script with its key=value "
+            "overrides."
+        )
+    text = file.read_text()
+    if file.suffix in (".yaml", ".yml"):
+        try:
+            tree = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            line = f" line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise RecipeError(f"verl config {str(path)!r}{line}: not valid YAML ({problem}).") from error
         if not isinstance(tree, dict):
             raise ValueError(f"{path}: a verl YAML config must be a mapping of sections (algorithm:, data:, ...).")
         flat = {key: value for key, value in _flatten(tree).items() if key != "defaults"}
@@ -143,7 +161,13 @@ def read_verl_config(path: str | Path) -> dict[str, Any]:
             line = line.split(" #", 1)[0].strip()
             if line.startswith("#"):
                 continue
-            for token in shlex.split(line):
+            try:
+                tokens = shlex.split(line)
+            except ValueError as error:  # "No closing quotation"
+                raise RecipeError(
+                    f"verl config {str(path)!r}: cannot read {line[:60]!r} as shell ({error})."
+                ) from error
+            for token in tokens:
                 match = re.fullmatch(r"\+{0,2}([A-Za-z_][\w.]*)=(.*)", token, flags=re.DOTALL)
                 if match:
                     flat[match.group(1)] = _parse_value(match.group(2))

@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from drgrpo.errors import run_main
 from drgrpo.verl import convert_verl, format_recipe, read_verl_config
 
 
@@ -32,4 +33,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -13,7 +13,7 @@ import argparse
 import shlex
 import sys
 
-from drgrpo.errors import run_main
+from drgrpo.errors import RecipeError, run_main
 from drgrpo.launch import vllm_serve_args
 from drgrpo.planning import DEFAULT_GPU_MEMORY_GIB, format_report, plan_recipe
 from drgrpo.recipe_file import read_recipe
@@ -32,7 +32,7 @@ def main() -> int:
     overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.num_processes is not None and args.num_processes < 1:
-        parser.error(f"--num_processes must be 1 or more (training processes), got {args.num_processes}.")
+        raise RecipeError(f"--num_processes must be 1 or more (training processes), got {args.num_processes}.")
     read_recipe(args.recipe)  # a wrong path or bad YAML: one line naming the file
     if args.vllm_serve_args:
         print(shlex.join(vllm_serve_args(args.recipe, overrides)))

@@ -12,13 +12,14 @@ A mistake in the recipe or command line prints one error with its fix; --traceba
 import logging
 import sys
 
-from drgrpo.cli import explain_recipe, parse_recipe
+from drgrpo.cli import explain_recipe, parse_recipe, require_recipe
 from drgrpo.errors import run_main
 
 
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     argv = sys.argv[1:]
+    require_recipe(argv)
     if "--explain" in argv:
         print(explain_recipe(argv))
         return

@@ -203,3 +203,40 @@ def test_resume_continues_the_refill_stream(tiny_model_path, addition_data, tmp_
     assert resumed_trained[0]["consumed"] > saved  # it drew new prompts after the saved position, not from 0
     assert resumed_trained[0]["consumed"] == trained[1]["consumed"]
     assert resumed_trained[0]["prompts"] == trained[1]["prompts"]
+
+
+def stream_callback(consumed: int, is_main_process: bool):
+    """The refill stream's resume callback over a stand-in sampler (only its position and process role matter)."""
+    from types import SimpleNamespace
+
+    from drgrpo.dynamic_sampling import _SaveStreamPosition
+
+    accelerator = SimpleNamespace(is_main_process=is_main_process)
+    return _SaveStreamPosition(SimpleNamespace(consumed=consumed, trainer=SimpleNamespace(accelerator=accelerator)))
+
+
+def test_resume_position_is_read_on_the_main_process_and_broadcast(tmp_path, monkeypatch):
+    """Multi-node without shared storage: only the main process's disk holds dynamic_sampling.json (on_save writes it
+    there), so every rank takes the main process's value instead of reading its own disk."""
+    from types import SimpleNamespace
+
+    import drgrpo.dynamic_sampling as dynamic_sampling
+
+    args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=2)
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / STATE_FILE).write_text(json.dumps({"consumed": 17}))
+    sent = []
+
+    def broadcast(objects, from_process=0):  # torch.distributed's broadcast_object_list, process 0 sending
+        if not sent:
+            sent.extend(objects)
+        objects[:] = sent
+        return objects
+
+    monkeypatch.setattr(dynamic_sampling, "broadcast_object_list", broadcast, raising=False)
+    main = stream_callback(0, is_main_process=True)
+    main.on_train_begin(args, state, None)
+    other_disk = tmp_path / "other-node"  # a rank whose disk has no checkpoint folder
+    other = stream_callback(0, is_main_process=False)
+    other.on_train_begin(SimpleNamespace(output_dir=str(other_disk)), state, None)
+    assert main.sampler.consumed == other.sampler.consumed == 17

@@ -6,7 +6,6 @@ Most cases run `scripts/train.py` in this process (runpy) to skip a second inter
 from __future__ import annotations
 
 import json
-import math
 import os
 import runpy
 import subprocess
@@ -20,8 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drgrpo.cli import parse_recipe
-from drgrpo.config_errors import batch_fix, divisors_around, multiples_around
+from drgrpo.config_errors import translate_config_error
 from drgrpo.errors import RecipeError, is_user_error, run_main
+from drgrpo.planning.fit import batch_rules_hold, nearest_per_device
 
 TINY = "recipes/tiny_drgrpo.yaml"
 
@@ -187,23 +187,65 @@ def test_explicit_generation_batch_size_gets_its_own_fix():
 def test_batch_fix_hand_computed():
     # 8 GPUs x 16 x 8 accumulation = 1024 completions with groups of 12: the batch must be a multiple of
     # 12 / gcd(12, 8 x 8) = 3 (15 or 18); 1024's divisors nearest 12 are 8 and 16.
-    text = batch_fix(16, 8, "gradient_accumulation_steps", 12, 8)
-    assert "= 1024 completions" in text and "per_device_train_batch_size: 15 or 18, or num_generations: 8 or 16" in text
-    assert multiples_around(7, 3) == [6, 9] and multiples_around(2, 3) == [3]
-    assert divisors_around(64, 5) == [4, 8] and divisors_around(7, 5) == [7]
+    error = translate_config_error(trl_error(1024, 12), {"gradient_accumulation_steps": 8}, DEFAULTS | PDB16, 8, "x")
+    assert "= 1024 completions" in str(error)
+    assert "per_device_train_batch_size: 15 or 18, or num_generations: 8 or 16" in str(error)
+
+
+def test_batch_fix_with_steps_per_generation_is_one_the_planner_accepts():
+    # One process, per_device 1, accumulation 1, steps_per_generation 4, groups of 8: a round of 4 completions.
+    values = {"per_device_train_batch_size": 1, "steps_per_generation": 4}
+    fix = suggested(translate_config_error(trl_error(4, 8), values, DEFAULTS, 1, "recipe r.yaml"))
+    below, above = nearest_per_device(1, 1, 1, 8, steps_per_generation=4)
+    assert fix["per_device_train_batch_size"] == [p for p in (below, above) if p is not None]
+    # By hand: a round of 2 x 4 = 8 holds one group of 8, and 4 completions hold one group of 4 (none above 8 does).
+    assert fix == {"per_device_train_batch_size": [2], "num_generations": [4]}
+    assert all(batch_rules_hold(1, p, 1, 8, steps_per_generation=4) for p in fix["per_device_train_batch_size"])
+    assert all(batch_rules_hold(1, 1, 1, g, steps_per_generation=4) for g in fix.get("num_generations", []))
+
+
+DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "steps_per_generation": None}
+PDB16 = {"per_device_train_batch_size": 16}
+
+
+def trl_error(generation_batch_size: int, num_generations: int) -> ValueError:
+    """The ValueError TRL 1.16's `GRPOConfig.__post_init__` raises for a round that does not hold whole groups."""
+    return ValueError(
+        f"generation_batch_size ({generation_batch_size}) must be divisible by num_generations ({num_generations})."
+    )
+
+
+def suggested(error: RecipeError) -> dict[str, list[int]]:
+    """The values the error's `Fix:` offers, per key: "Fix: a: 1 or 2, or b: 3" -> {"a": [1, 2], "b": [3]}."""
+    fixes = str(error).split("Fix: ", 1)[1].split(" (`python", 1)[0].rstrip(".")
+    result = {}
+    for part in fixes.split(", or "):
+        key, _, numbers = part.partition(": ")
+        result[key] = [int(n) for n in numbers.split(" or ")]
+    return result
 
 
 @given(
     per_device=st.integers(1, 64),
-    factor=st.integers(1, 16),
+    accumulation=st.integers(1, 16),
+    steps=st.one_of(st.none(), st.integers(1, 16)),
     generations=st.integers(2, 64),
     world_size=st.integers(1, 64),
 )
-def test_every_suggested_value_satisfies_the_rule(per_device, factor, generations, world_size):
-    suggestions = [m for m in multiples_around(per_device, generations // math.gcd(generations, factor * world_size))]
-    assert all(s >= 1 and (s * factor * world_size) % generations == 0 for s in suggestions)
+def test_every_suggested_value_satisfies_the_planners_rules(per_device, accumulation, steps, generations, world_size):
+    factor = steps if steps is not None else accumulation
     total = per_device * factor * world_size
-    assert all(d >= 2 and total % d == 0 for d in divisors_around(total, generations))
+    if total % generations == 0:
+        return  # TRL raises nothing
+    values = {"per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation}
+    values["steps_per_generation"] = steps
+    fix = suggested(translate_config_error(trl_error(total, generations), values, DEFAULTS, world_size, "x"))
+    keys = {"steps_per_generation": steps}
+    assert fix["per_device_train_batch_size"], fix
+    for p in fix["per_device_train_batch_size"]:
+        assert p >= 1 and batch_rules_hold(world_size, p, accumulation, generations, **keys)
+    for g in fix.get("num_generations", []):
+        assert g >= 2 and batch_rules_hold(world_size, per_device, accumulation, g, **keys)
 
 
 def test_bf16_without_a_gpu_says_what_to_do():
@@ -274,3 +316,65 @@ def test_other_scripts_print_one_line(tmp_path, monkeypatch, capsys):
         monkeypatch, capsys, "--input", str(tmp_path / "missing.jsonl"), script="scripts/score.py"
     )
     assert "missing.jsonl" in the_error(status, stderr)
+
+
+def test_from_verl_missing_or_malformed_config_is_one_line(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "nosuch.yaml"
+    error = the_error(*run_script(monkeypatch, capsys, str(missing), script="scripts/from_verl.py"))
+    assert f"verl config '{missing}' not found" in error
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("actor_rollout_ref:\n  rollout: [n: 8\n")
+    error = the_error(*run_script(monkeypatch, capsys, str(broken), script="scripts/from_verl.py"))
+    assert f"verl config '{broken}' line 3: not valid YAML (expected ',' or ']'" in error  # the list never closes
+
+
+def hub_recipe(tmp_path: Path, model: Path, **data: str) -> Path:
+    """The tiny recipe reading its data from `data` (a hub source) instead of its local file."""
+    import yaml
+
+    recipe = yaml.safe_load((ROOT / TINY).read_text())
+    recipe.pop("dataset_path")
+    recipe.update(data, model_name_or_path=str(model), output_dir=str(tmp_path / "out"))
+    path = tmp_path / "hub_recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def test_local_file_given_as_dataset_name_says_use_dataset_path(tmp_path, tiny_model_path, monkeypatch, capsys):
+    rows = tmp_path / "train.jsonl"
+    rows.write_text(json.dumps({"problem": "1+1", "solution": "\\boxed{2}"}) + "\n")
+    recipe = hub_recipe(tmp_path, tiny_model_path, dataset_name=str(rows), dataset_config="default")
+    error = the_error(*run_script(monkeypatch, capsys, str(recipe)))
+    assert f"dataset_name {str(rows)!r} is a local file, not a hub dataset: set dataset_path: {rows}" in error
+
+
+def test_unreachable_hub_dataset_offline_names_the_source_and_the_fix(tmp_path, tiny_model_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    error = the_error(
+        *run_script(monkeypatch, capsys, str(hub_recipe(tmp_path, tiny_model_path, dataset_name="nosuch/ds")))
+    )
+    assert "dataset_name 'nosuch/ds' (split train) could not be loaded" in error
+    assert "HF_HUB_OFFLINE=1 is set and it is not in the local cache" in error and "dataset_path" in error
+
+
+def test_parsing_a_recipe_prints_no_gradient_checkpointing_deprecation():
+    # TRL 1.16's GRPOConfig defaults gradient_checkpointing to True, so transformers' FutureWarning (use
+    # activation_checkpointing) came before every recipe's output, even one that never names the key.
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, training, _ = parse_recipe(["recipes/qwen3_8b_drgrpo.yaml"], preflight=True)
+    assert not [w for w in caught if "gradient_checkpointing" in str(w.message)], [str(w.message) for w in caught]
+    assert training.gradient_checkpointing is True and training.activation_checkpointing is True  # still applied
+
+
+def test_plan_rejects_zero_processes_in_one_line(monkeypatch, capsys):
+    error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_processes", "0", script="scripts/plan.py"))
+    assert "--num_processes must be 1 or more (training processes), got 0" in error
+
+
+@pytest.mark.parametrize("argv", [[], ["--explain"], ["--show_prompts", "2"], ["--max_steps", "1"]])
+def test_train_without_a_recipe_says_so_with_the_usage(monkeypatch, capsys, argv):
+    error = the_error(*run_script(monkeypatch, capsys, *argv))
+    assert "No recipe given. Usage: python scripts/train.py RECIPE.yaml [--key value ...]" in error

@@ -63,3 +63,20 @@ def test_card_follows_the_config(tmp_path):
     assert "pi_old recomputed by the trainer" in family["log-probs"]
     assert family["KL"] == "in the reward, coef=0.001, estimator low_var_kl (summed); reference model loaded"
     assert "steps_per_generation=4" in family["staleness"] and "up to 4 generation rounds" in family["staleness"]
+
+
+def test_explain_on_a_cpu_node_uses_the_recipes_own_batch_for_its_target_world_size():
+    # Valid at the recipe's 8 GPUs (8 x 1 x 4 = 32 completions per round, whole groups of 8), not at one process:
+    # --explain inspects the recipe, so it must not apply TRL's batch check at this machine's world size, and its
+    # card must show the recipe's values, not the pre-flight stand-ins.
+    argv = ["recipes/qwen3_8b_drgrpo.yaml", "--per_device_train_batch_size", "1", "--steps_per_generation", "4"]
+    text = explain_recipe([str(ROOT / argv[0]), *argv[1:], "--explain"])
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in text.splitlines()[2:]}
+    assert rows["staleness"].startswith("num_iterations=1, steps_per_generation=4 (gradient_accumulation_steps=1)")
+    assert "B = 1" in rows["loss"]
+    assert "generation_batch_size" not in text
+
+
+def test_explain_without_steps_per_generation_uses_the_recipes_accumulation():
+    text = explain_recipe([str(ROOT / "recipes/tiny_grpo.yaml"), "--gradient_accumulation_steps", "3", "--explain"])
+    assert "steps_per_generation=3 (gradient_accumulation_steps=3)" in text

@@ -72,13 +72,18 @@ def test_generation_batch_size_sets_steps_per_generation_for_the_target_world():
 def test_a_cut_group_is_an_error_naming_the_per_device_multiple():
     # 2 processes x 6 = 12 completions, not a multiple of 8: per-device batch must be a multiple of 8/gcd(8, 2) = 4.
     _, findings = batch_plan(2, 6, 1, 8)
-    assert [f.level for f in findings] == ["error", "error"]  # the round and the optimizer step
-    assert all(f.key == "per_device_train_batch_size" for f in findings)
-    assert all("multiple of 4" in f.fix for f in findings)
-    # The round holds whole groups (4 x 2 steps = 8) but the optimizer step (4) cuts one in half.
-    _, findings = batch_plan(1, 4, 1, 8, steps_per_generation=2)
-    assert len(findings) == 1 and "optimizer step holds 4 completions" in findings[0].message
-    assert "multiple of 8" in findings[0].fix
+    assert [(f.level, f.key) for f in findings] == [("error", "per_device_train_batch_size")]
+    assert "multiple of 4" in findings[0].fix
+
+
+def test_an_optimizer_step_may_hold_part_of_a_group():
+    # The round holds whole groups (4 x 2 steps = 8), the optimizer step 4 completions: TRL runs this, each step on a
+    # random half of the shuffled rollout (`GRPOTrainer._prepare_inputs`), as the paper's schedule does with 8 steps.
+    plan, findings = batch_plan(1, 4, 1, 8, steps_per_generation=2)
+    assert findings == [] and plan.optimizer_steps_per_round == 2 and plan.completions_per_step == 4
+    shared = "each optimizer step: a random share of the rollout"
+    assert shared in format_report(plan_recipe(ROOT / "recipes/qwen2.5_math_1.5b_drgrpo.yaml"))  # 8 steps per rollout
+    assert shared not in format_report(plan_recipe(ROOT / "recipes/tiny_drgrpo.yaml"))  # one step per rollout
 
 
 @pytest.mark.parametrize(
@@ -488,3 +493,13 @@ def test_plan_script_prints_vllm_serve_args(monkeypatch, capsys):
     assert out.split() == [
         "--model", "Qwen/Qwen3-8B", "--port", "8000", "--dtype", "bfloat16", "--max_model_len", "4024"
     ]  # fmt: skip
+
+
+def test_an_explicit_null_generation_batch_size_is_unset_for_the_planner_too(tmp_path):
+    # The planner and --show_prompts/--explain share one set of pre-flight stand-ins (drgrpo.cli): a recipe saying
+    # `generation_batch_size: null` beside steps_per_generation gets steps_per_generation's stand-in only; the
+    # planner's former copy tested `in values` and set both, which TRL refuses.
+    path = _broken(tmp_path, "qwen3_8b_drgrpo.yaml")
+    path.write_text(path.read_text() + "generation_batch_size: null\n")
+    report = plan_recipe(path)
+    assert report.batch.steps_per_generation == 8 and not [f for f in report.findings if f.level == "error"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -12,6 +13,7 @@ from datasets import Dataset, load_dataset
 from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured, passed_columns
 from drgrpo.data.extraction import check_answer_extraction, extract_answer
 from drgrpo.data.filters import filter_indices, parse_filter
+from drgrpo.errors import RecipeError
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -160,7 +162,43 @@ def load_source(source: DataSource, role: str = "training") -> Dataset:
     if source.path is not None:
         key = "dataset_test_path" if role == "held-out" else "dataset_path"
         return load_local(source.path, key=key, role=role)
-    return load_dataset(source.name, source.config, split=source.split)
+    try:
+        return load_dataset(source.name, source.config, split=source.split)
+    except (OSError, ValueError) as error:  # FileNotFoundError, ConnectionError, datasets' DatasetNotFoundError
+        raise RecipeError(hub_load_error(source, role, error)) from error
+
+
+def hub_load_error(source: DataSource, role: str, error: Exception) -> str:
+    """One line for a hub source that `datasets` could not load: the source, the likely cause and its fix.
+
+    `datasets` raises FileNotFoundError for a local path given as a hub id, ConnectionError when the hub is
+    unreachable (or HF_HUB_OFFLINE is set) and the dataset is not cached, DatasetNotFoundError for a wrong or
+    private id, and ValueError for a split or config the dataset lacks.
+    """
+    name = str(source.name)
+    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if Path(name).exists() or Path(name).suffix in _FORMATS:
+        kind = "folder" if Path(name).is_dir() else "file"
+        return (
+            f"dataset_name {name!r} is a local {kind}, not a hub dataset: set dataset_path: {name} instead, and drop "
+            "dataset_name and dataset_config (they name hub datasets)."
+        )
+    where = f"dataset_name {name!r} ({'config ' + source.config + ', ' if source.config else ''}split {source.split})"
+    if isinstance(error, ValueError):
+        return f"{where}, the {role} source: {cause}"
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        reason = "HF_HUB_OFFLINE=1 is set and it is not in the local cache"
+        fix = "run once with network access (HF_HUB_OFFLINE unset) to cache it"
+    elif isinstance(error, ConnectionError):
+        reason = "the hub is unreachable from here and it is not in the local cache"
+        fix = "run once with network access to cache it (HF_HOME sets the cache folder)"
+    else:
+        reason = "the hub has no such dataset, or it is private"
+        fix = "check the id (owner/name on huggingface.co/datasets); for a private one, `hf auth login`"
+    return (
+        f"{where} could not be loaded: {reason} ({cause}). Fix: {fix}, or download it and point dataset_path at "
+        "the local file."
+    )
 
 
 class Example(NamedTuple):

@@ -5,7 +5,7 @@ number of training processes:
 - prompts and completions per optimizer step and per rollout (generation round), and optimizer steps per rollout
   (TRL 1.16's batch arithmetic, `GRPOConfig.__post_init__`, redone for the target world size), next to the
   published run's for a recipe whose header names one ("Paper reproduction: Oat-Zero-1.5B");
-- whether every rollout and every optimizer step holds whole groups of `num_generations` completions;
+- whether every rollout holds whole groups of `num_generations` completions (TRL's rule; optimizer steps need not);
 - whether `max_prompt_tokens + max_completion_length` fits the model's context (and vLLM's `max_model_len`);
 - per-GPU memory for the model states under ZeRO-2 and ZeRO-3, from DeepSpeed's own estimators and a parameter
   count computed from the model's `config.json` (a local folder, or `BUILTIN_MODEL_CONFIGS` for the hub models the

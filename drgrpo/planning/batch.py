@@ -92,11 +92,7 @@ def batch_plan(
                     f"generation_batch_size={generation_batch_size} is not a multiple of per_device_train_batch_size "
                     f"x world size = {local}; TRL refuses to start.",
                     _generation_batch_fix_text(
-                        world_size,
-                        per_device_train_batch_size,
-                        gradient_accumulation_steps,
-                        num_generations,
-                        generation_batch_size,
+                        world_size, per_device_train_batch_size, num_generations, generation_batch_size
                     ),
                 )
             )
@@ -124,23 +120,11 @@ def batch_plan(
                 fix,
             )
         )
-    if plan.completions_per_step % num_generations:
-        findings.append(
-            Finding(
-                "error",
-                "per_device_train_batch_size",
-                f"An optimizer step holds {plan.completions_per_step} completions (per_device_train_batch_size "
-                f"{per_device_train_batch_size} x {world_size} processes x {gradient_accumulation_steps} "
-                f"gradient_accumulation_steps), not a multiple of num_generations={num_generations}: a group's "
-                "completions would be split over two updates, and its zero-sum advantages no longer cancel in each.",
-                fix,
-            )
-        )
     return plan, findings
 
 
 def _per_device_fix(plan: BatchPlan, steps_per_generation: int | None, generation_batch_size: int | None) -> str:
-    """One fix for both group rules at once: the nearest per-device batches for which every batch rule holds."""
+    """The nearest per-device batches for which every batch rule holds (the round's whole groups among them)."""
     below, above = nearest_per_device(
         plan.world_size,
         plan.per_device_train_batch_size,
@@ -152,33 +136,24 @@ def _per_device_fix(plan: BatchPlan, steps_per_generation: int | None, generatio
     nearest = " or ".join(str(value) for value in (below, above) if value is not None)
     if generation_batch_size is not None and not nearest:
         return _generation_batch_fix_text(
-            plan.world_size,
-            plan.per_device_train_batch_size,
-            plan.gradient_accumulation_steps,
-            plan.num_generations,
-            generation_batch_size,
+            plan.world_size, plan.per_device_train_batch_size, plan.num_generations, generation_batch_size
         )
     if generation_batch_size is not None:
         return f"set per_device_train_batch_size to {nearest} (the nearest values for which every batch rule holds)."
-    multiple = math.lcm(
-        per_device_multiple(plan.num_generations, plan.world_size * plan.steps_per_generation),
-        per_device_multiple(plan.num_generations, plan.world_size * plan.gradient_accumulation_steps),
-    )
+    multiple = per_device_multiple(plan.num_generations, plan.world_size * plan.steps_per_generation)
     return f"set per_device_train_batch_size to a multiple of {multiple}; the nearest: {nearest}."
 
 
 def _generation_batch_fix_text(
-    world_size: int, per_device: int, accumulation: int, num_generations: int, generation_batch_size: int
+    world_size: int, per_device: int, num_generations: int, generation_batch_size: int
 ) -> str:
-    """The fix when no per-device batch fits the recipe's generation_batch_size: change it (and the per-device
-    batch where the optimizer-step rule needs that too), or use steps_per_generation."""
-    new_per_device, new_generation_batch = generation_batch_fix(
-        world_size, per_device, accumulation, num_generations, generation_batch_size
+    """The fix when no per-device batch fits the recipe's generation_batch_size: change it, or use
+    steps_per_generation."""
+    new_generation_batch = generation_batch_fix(world_size, per_device, num_generations, generation_batch_size)
+    return (
+        f"set generation_batch_size to {new_generation_batch} (every batch rule then holds), or set "
+        "steps_per_generation instead of generation_batch_size."
     )
-    change = f"generation_batch_size to {new_generation_batch}"
-    if new_per_device != per_device:
-        change = f"per_device_train_batch_size to {new_per_device} and {change}"
-    return f"set {change} (every batch rule then holds), or set steps_per_generation instead of generation_batch_size."
 
 
 def per_device_multiple(num_generations: int, other_factors: int) -> int:

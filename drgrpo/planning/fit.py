@@ -9,6 +9,7 @@ that fails.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -35,14 +36,18 @@ def batch_rules_hold(
     steps_per_generation: int | None = None,
     generation_batch_size: int | None = None,
 ) -> bool:
-    """Whether TRL starts with these values at `world_size` and every optimizer step holds whole groups.
+    """Whether TRL starts with these values at `world_size` (TRL 1.16's `GRPOConfig.__post_init__`).
 
-    1. num_generations >= 2 (a group of one has no baseline);
-    2. at most one of steps_per_generation and generation_batch_size is set (TRL);
-    3. generation_batch_size, when set, is a multiple of per_device x world (TRL);
-    4. a generation round (per_device x world x steps_per_generation) holds whole groups (TRL);
-    5. an optimizer step (per_device x world x gradient_accumulation_steps) holds whole groups (ours: a group split
-       over two updates no longer has zero-sum advantages in each).
+    1. num_generations >= 2 (a group of one has no baseline; ours, TRL allows it with a warning);
+    2. at most one of steps_per_generation and generation_batch_size is set;
+    3. generation_batch_size, when set, is a multiple of per_device x world;
+    4. a generation round (per_device x world x steps_per_generation) holds whole groups.
+
+    There is no rule for the optimizer step: TRL computes the advantages over the whole round, then shuffles each
+    process's share of it and cuts it into steps_per_generation micro-batches (`GRPOTrainer._prepare_inputs`:
+    `shuffle_sequence_dict`, then `split_tensor_dict`), so when an optimizer step is not a whole number of rounds it
+    holds a random share of the rollout and groups span steps whatever the batch sizes; when it is, rule 4 already
+    gives it whole groups.
     """
     if min(world_size, per_device_train_batch_size, gradient_accumulation_steps) < 1 or num_generations < 2:
         return False
@@ -55,7 +60,15 @@ def batch_rules_hold(
         steps = generation_batch_size // local
     else:
         steps = steps_per_generation if steps_per_generation is not None else gradient_accumulation_steps
-    return (local * steps) % num_generations == 0 and (local * gradient_accumulation_steps) % num_generations == 0
+    return (local * steps) % num_generations == 0
+
+
+def _nearest(value: int, lowest: int, fits: Callable[[int], bool]) -> tuple[int | None, int | None]:
+    """The integers nearest to `value` for which `fits` holds, (below, above): below down to `lowest`, above within
+    `MAX_SEARCH`; None where there is none."""
+    below = next((v for v in range(value - 1, lowest - 1, -1) if fits(v)), None)
+    above = next((v for v in range(value + 1, max(value, MAX_SEARCH) + 1) if fits(v)), None)
+    return below, above
 
 
 def nearest_per_device(
@@ -69,43 +82,69 @@ def nearest_per_device(
 ) -> tuple[int | None, int | None]:
     """The per_device_train_batch_size values nearest to the given one, (below, above), for which every rule holds
     with the other keys unchanged; None where there is none (below: none >= 1; above: none within `MAX_SEARCH`)."""
-
-    def fits(per_device: int) -> bool:
-        return batch_rules_hold(
-            world_size,
-            per_device,
-            gradient_accumulation_steps,
-            num_generations,
-            steps_per_generation=steps_per_generation,
-            generation_batch_size=generation_batch_size,
-        )
-
-    below = next((p for p in range(per_device_train_batch_size - 1, 0, -1) if fits(p)), None)
-    above = next((p for p in range(per_device_train_batch_size + 1, MAX_SEARCH + 1) if fits(p)), None)
-    return below, above
+    keys = {"steps_per_generation": steps_per_generation, "generation_batch_size": generation_batch_size}
+    return _nearest(
+        per_device_train_batch_size,
+        1,
+        lambda p: batch_rules_hold(world_size, p, gradient_accumulation_steps, num_generations, **keys),
+    )
 
 
-def generation_batch_fix(
+def nearest_num_generations(
+    world_size: int,
+    per_device_train_batch_size: int,
+    gradient_accumulation_steps: int,
+    num_generations: int,
+    *,
+    steps_per_generation: int | None = None,
+    generation_batch_size: int | None = None,
+) -> tuple[int | None, int | None]:
+    """The num_generations values nearest to the given one, (below, above), for which every rule holds with the
+    other keys unchanged; None where there is none (below: none >= 2; above: none within `MAX_SEARCH`)."""
+    keys = {"steps_per_generation": steps_per_generation, "generation_batch_size": generation_batch_size}
+    return _nearest(
+        num_generations,
+        2,
+        lambda g: batch_rules_hold(world_size, per_device_train_batch_size, gradient_accumulation_steps, g, **keys),
+    )
+
+
+def nearest_generation_batch_size(
     world_size: int,
     per_device_train_batch_size: int,
     gradient_accumulation_steps: int,
     num_generations: int,
     generation_batch_size: int,
-) -> tuple[int, int]:
-    """(per_device_train_batch_size, generation_batch_size) for which every rule holds, when the recipe's
-    generation_batch_size fits no per-device batch.
+) -> tuple[int | None, int | None]:
+    """The generation_batch_size values nearest to the given one, (below, above), for which every rule holds with
+    the other keys unchanged; None where there is none (below: none >= 1; above: none within `MAX_SEARCH` x the
+    smallest round, lcm(per_device x world, num_generations))."""
 
-    The per-device batch is the nearest multiple of G / gcd(G, world x accumulation) (an optimizer step of whole
-    groups); generation_batch_size the smallest multiple of lcm(per_device x world, G) not below the recipe's (whole
-    per-device batches, and whole groups, in every round).
-    """
-    step = num_generations // math.gcd(num_generations, world_size * gradient_accumulation_steps)
-    lower = per_device_train_batch_size // step * step
-    upper = lower + step if lower != per_device_train_batch_size else lower
-    closer_lower = lower >= 1 and per_device_train_batch_size - lower <= upper - per_device_train_batch_size
-    per_device = lower if closer_lower else upper
-    unit = math.lcm(per_device * world_size, num_generations)
-    return per_device, max(unit, -(-generation_batch_size // unit) * unit)
+    def fits(size: int) -> bool:
+        return batch_rules_hold(
+            world_size,
+            per_device_train_batch_size,
+            gradient_accumulation_steps,
+            num_generations,
+            generation_batch_size=size,
+        )
+
+    unit = math.lcm(per_device_train_batch_size * world_size, num_generations)  # every fitting value is a multiple
+    first_below = (generation_batch_size - 1) // unit * unit
+    below = next((v for v in range(first_below, 0, -unit) if fits(v)), None)
+    first_above = (generation_batch_size // unit + 1) * unit
+    above = next((v for v in range(first_above, first_above + MAX_SEARCH * unit, unit) if fits(v)), None)
+    return below, above
+
+
+def generation_batch_fix(
+    world_size: int, per_device_train_batch_size: int, num_generations: int, generation_batch_size: int
+) -> int:
+    """The generation_batch_size for which every rule holds with the per-device batch unchanged, when the recipe's
+    fits no per-device batch: the smallest multiple of lcm(per_device x world, G) not below the recipe's (whole
+    per-device batches, and whole groups, in every round)."""
+    unit = math.lcm(per_device_train_batch_size * world_size, num_generations)
+    return max(unit, -(-generation_batch_size // unit) * unit)
 
 
 def choice_for_schedule(
@@ -164,8 +203,9 @@ def nearest_schedules(
     and every rule holding, as (completions per step, per rollout, choice); None where none is found.
 
     They keep the optimizer steps per rollout (the rollout scales with the step; with `generation_batch_size` the
-    rollout stays). A step holding whole groups on every process is a multiple of lcm(world_size, num_generations),
-    so those are tried.
+    rollout stays). Steps that are multiples of lcm(world_size, num_generations) are tried: split evenly over the
+    processes, and a whole number of prompts, which keeps the suggestions round (3 processes, groups of 8: 120 or 144
+    per step, not 129 = 3 x 43). TRL does not require whole prompts per step (see `batch_rules_hold`).
     """
     unit = math.lcm(world_size, num_generations)
     ratio = Fraction(completions_per_rollout, completions_per_step)

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from drgrpo.cli import BATCH_KEYS, PREFLIGHT_BATCH
 from drgrpo.planning.reference import read_reproduced_run
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -109,35 +110,25 @@ def recipe_values(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, 
     return values
 
 
-# While parsing, TRL checks the batch keys against the *current* world size (one CPU process here), which says nothing
-# about the target world size and can reject a recipe that is right for it. They are parsed with these stand-ins,
-# which pass at any world size, and the recipe's own values are checked for the target world size by `batch_plan`.
-NEUTRAL_BATCH = {
-    "per_device_train_batch_size": 2,
-    "gradient_accumulation_steps": 1,
-    "num_generations": 2,
-    "num_generations_eval": 2,
-    "per_device_eval_batch_size": 2,
-}
-BATCH_KEYS = (*NEUTRAL_BATCH, "generation_batch_size", "steps_per_generation")
+# The pre-flight stand-ins live in `drgrpo.cli` (one set for --show_prompts, --explain and the planner); the old
+# name stays for callers of `drgrpo.planning`.
+NEUTRAL_BATCH = PREFLIGHT_BATCH
 
 
 def parse_for_planning(recipe: str | Path, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """`parse_recipe` on CPU for any target world size: (script args, trainer args, model args, batch values).
+    """`parse_recipe(..., preflight=True)` for any target world size: (script args, trainer args, model args,
+    batch values).
 
-    The trainer args hold `NEUTRAL_BATCH` stand-ins; the batch values are the recipe's (None where it sets none and
-    TRL derives the value).
+    While parsing, TRL checks the batch keys against the *current* world size (one CPU process here), which says
+    nothing about the target one, so the trainer args hold the pre-flight stand-ins (`drgrpo.cli.PREFLIGHT_BATCH`);
+    the batch values returned are the recipe's own (None where it sets none and TRL derives the value), which
+    `batch_plan` checks for the target world size.
     """
     from drgrpo.cli import parse_recipe
     from drgrpo.config import DrGRPOConfig
 
     values = recipe_values(recipe, overrides)
-    neutral = [token for key, value in NEUTRAL_BATCH.items() for token in (f"--{key}", str(value))]
-    if "generation_batch_size" in values:
-        neutral += ["--generation_batch_size", "2"]
-    elif "steps_per_generation" in values:
-        neutral += ["--steps_per_generation", "1"]
-    script_args, args, model_args = parse_recipe([str(recipe), "--use_cpu", "true", *overrides, *neutral])
+    script_args, args, model_args = parse_recipe([str(recipe), *overrides], preflight=True)
     defaults = {f.name: f.default for f in dataclasses.fields(DrGRPOConfig)}
     batch = {key: values.get(key, defaults[key]) for key in BATCH_KEYS}
     return script_args, args, model_args, batch

@@ -33,6 +33,12 @@ def format_report(report: PlanReport) -> str:
             f"(steps_per_generation {batch.steps_per_generation} x num_iterations {batch.num_iterations} / "
             f"gradient_accumulation_steps {batch.gradient_accumulation_steps})",
         ]
+        if batch.gradient_accumulation_steps % batch.steps_per_generation:
+            # Not a whole number of rounds per step: TRL shuffles the round before cutting it (`_prepare_inputs`).
+            lines.append(
+                "  each optimizer step: a random share of the rollout (TRL shuffles it before cutting it into "
+                "micro-batches; advantages are computed over the whole rollout first)"
+            )
         if report.reference is not None:
             lines += _reference_lines(batch, report.reference)
         if report.dynamic_sampling is not None:
