@@ -31,8 +31,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Would a GPU install resolve to a supported stack? First `make install` (the check reads TRL's vLLM range from the
-# installed TRL), then pip's resolver in dry-run for the GPU extras (nothing more installed; metadata only, a minute or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, and the requirements of vLLM,
-# torch, transformers and TRL on each other. `make check-install TORCH="torch==2.13.0 --index-url ..."`
+# installed TRL), then pip's resolver in dry-run for the GPU extras (nothing more installed; metadata only, a minute
+# or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, and the requirements of vLLM, torch,
+# transformers and TRL on each other. `make check-install TORCH="torch==2.13.0 --index-url ..."`
 # [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"] (extra pins). docs/install.md has the GPU install lines.
 CHECK_EXTRAS ?= dev,vllm
 check-install: install
