@@ -29,7 +29,6 @@ import os
 import pickle
 import resource
 import select
-import shutil
 import signal
 import stat
 import struct
@@ -38,12 +37,15 @@ import time
 
 _HEADER = struct.Struct(">I")
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (generic syscall table, Linux 5.12)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+MNT_DETACH = 2
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 PROGRAM_ID = 65534  # uid and gid of every program (nobody/nogroup)
 HIDDEN = ("/proc", "/run", "/tmp", "/dev/shm", "/home", "/root", "/mnt", "/media", "/srv")
@@ -195,6 +197,11 @@ def _exec_program(job: dict, workdir: str, stdin_fd: int, out_w: int, err_w: int
         os.dup2(err_w, 2)
         os.closerange(3, 1 << 16)
         os.chdir(workdir)
+        # Its own IPC namespace: SysV shared memory, semaphores and POSIX message queues it creates die with its
+        # last process instead of outliving the test outside any memory limit.
+        ipc = _libc.unshare(CLONE_NEWIPC)
+        if state["mode"] == "namespaces":
+            _check(ipc, "unshare(CLONE_NEWIPC)")
         if state["mode"] == "namespaces" or os.geteuid() == 0:
             if state["mode"] != "namespaces" or state["root"]:
                 os.setgroups([])
@@ -226,8 +233,9 @@ def _kill_all(state: dict, pgid: int) -> None:
             pass
 
 
-def _reap(pid: int, block_s: float) -> int | None:
-    """The wait status of `pid` (within `block_s`), reaping every other exited child on the way."""
+def _reap(pid: int, block_s: float, state: dict) -> int | None:
+    """The wait status of `pid`, after reaping every other child too (killed again while any is left, until
+    `block_s`): R's children are the program and the orphans of its namespace, and none may outlive the test."""
     status = None
     deadline = time.monotonic() + block_s
     while True:
@@ -238,8 +246,9 @@ def _reap(pid: int, block_s: float) -> int | None:
         if done == pid:
             status = code
         if done == 0:
-            if status is not None or time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 return status
+            _kill_all(state, pid)
             time.sleep(0.002)
 
 
@@ -267,19 +276,65 @@ def run_job(job: dict, state: dict) -> dict:
             os.close(fd)
         return _supervise(pid, out_r, err_r, limits, start, state)
     finally:
-        _wipe(state["work_root"] if state["mode"] == "namespaces" else workdir)
-
-
-def _wipe(path: str) -> None:
-    """Delete `path`, or (the namespace's own /tmp, which programs can write to when unprivileged) its contents."""
-    if path != "/tmp":
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
+        if state["mode"] == "namespaces":
+            _fresh_tmp(state["tmpfs_mb"])
         else:
-            os.unlink(entry.path)
+            remove_tree(workdir)
+
+
+def _fresh_tmp(tmpfs_mb: int) -> None:
+    """Replace the namespace's /tmp (work folders, and whatever a program wrote there) by an empty tmpfs: a detach
+    frees the old one whatever it holds (a tree deeper than any recursive delete, files a program made read-only)."""
+    _check(_libc.umount2(b"/tmp", MNT_DETACH), "umount /tmp")
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0755")
+
+
+def remove_tree(path: str, max_entries: int = 1_000_000) -> None:
+    """Delete folder `path` and everything in it, without recursion: a program can nest folders deeper than Python's
+    recursion limit (shutil.rmtree's RecursionError) and than PATH_MAX. Descends by directory fd and climbs back by
+    `..`, checking each folder's identity on the way up, so that a folder moved elsewhere meanwhile is never
+    followed out of the tree; stops with OSError after `max_entries` removals (a process still filling it)."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    identities, names = [_identity(fd)], []
+    try:
+        for _ in range(max_entries):
+            subfolder = None
+            for entry in list(os.scandir(fd)):
+                if entry.is_dir(follow_symlinks=False):
+                    subfolder = entry.name
+                    break
+                os.unlink(entry.name, dir_fd=fd)
+            if subfolder is not None:
+                child = os.open(subfolder, _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                identities.append(_identity(fd))
+                names.append(subfolder)
+                continue
+            if not names:
+                os.close(fd)
+                fd = -1
+                os.rmdir(path)
+                return
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            identities.pop()
+            if _identity(fd) != identities[-1]:
+                raise OSError(errno.ESTALE, f"a folder under {path} was moved while it was being deleted")
+            os.rmdir(names.pop(), dir_fd=fd)
+        raise OSError(errno.EMLINK, f"{path} still had entries after {max_entries} removals")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
 
 
 def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> dict:
@@ -313,7 +368,7 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
                 break
     finally:
         _kill_all(state, pid)
-        wait_status = _reap(pid, 5.0)
+        wait_status = _reap(pid, 5.0, state)
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
     wall = time.monotonic() - start
@@ -338,18 +393,41 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
     }
 
 
+def _own_settings() -> tuple:
+    """What a program of the same uid could change in this process from outside: rlimits, nice value, CPUs."""
+    limits = tuple(resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_"))
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), tuple(sorted(os.sched_getaffinity(0)))
+
+
+def _error(message: str) -> dict:
+    return {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": message.encode(), "wall_s": 0.0}
+
+
 def _serve(stdin, out, state: dict) -> None:
+    """Answer jobs until the trainer closes stdin, or until the runner itself may be damaged: after an error of its
+    own, it answers `retire` and exits, so that the trainer replaces it instead of sending it more jobs."""
     _send(out, ("ready", {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}))
+    start_up = _own_settings()
     while True:
         job = _receive(stdin)
         if job is None:
             return
-        try:
-            result = run_job(job, state)
-        except Exception as exc:  # noqa: BLE001 - an error of the sandbox itself, reported per job
-            result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": repr(exc).encode()}
-            result["wall_s"] = 0.0
+        if _own_settings() != start_up:
+            result = _error(f"the runner's own limits changed: {_own_settings()} (started with {start_up})")
+            result["retire"] = True
+        else:
+            try:
+                result = run_job(job, state)
+            except Exception as exc:  # noqa: BLE001 - an error of the sandbox itself: this job's answer, then retire
+                result = _error(repr(exc))
+                result["retire"] = True
+            # An unprivileged trainer's programs have the runner's uid outside, and prlimit/setpriority/
+            # sched_setaffinity on another process need only that: the result stands, the runner is replaced.
+            if _own_settings() != start_up:
+                result["retire"] = True
         _send(out, (job["id"], result))
+        if result.get("retire"):
+            return
 
 
 def main() -> None:
@@ -368,7 +446,11 @@ def main() -> None:
         state["mode"] = _unshare(stdin, out, config.get("no_namespaces", False))
     except OSError as exc:
         if not config["allow_fallback"]:
-            _send(out, ("unavailable", str(exc)))
+            _send(out, ("unavailable", str(exc), "namespaces"))
+            return
+        if not root:  # the program would run as the trainer's own user: its files, its processes, its secrets
+            reason = f"{exc}; and the fallback needs a root trainer (it would run programs as your own user)"
+            _send(out, ("unavailable", reason, "namespaces"))
             return
         state["unshare_error"] = str(exc)
     if state["mode"] == "namespaces":
@@ -384,8 +466,9 @@ def main() -> None:
         try:
             _isolate_filesystem(config["expose"], config["tmpfs_mb"])
         except OSError as exc:
-            _send(out, ("unavailable", f"filesystem isolation failed: {exc}"))
+            _send(out, ("unavailable", f"filesystem isolation failed: {exc}", "isolation"))
             return
-        state["work_root"] = "/tmp"  # the runner's own tmpfs, invisible outside its mount namespace
+        # The runner's own tmpfs, invisible outside its mount namespace, replaced after each job.
+        state["work_root"], state["tmpfs_mb"] = "/tmp", config["tmpfs_mb"]
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
     _serve(stdin, out, state)

@@ -25,7 +25,6 @@ import math
 import os
 import pickle
 import queue
-import shutil
 import struct
 import subprocess
 import sys
@@ -36,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import wait as wait_readable
 from pathlib import Path
+
+from rewards.code._runner import remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,11 @@ STATUSES = ("ok", "crash", "timeout", "output_limit", "sandbox_error")
 
 class SandboxUnavailable(RuntimeError):
     """The sandbox cannot isolate programs here (no namespaces and no fallback allowed, or no usable interpreter)."""
+
+
+class NamespacesUnavailable(SandboxUnavailable):
+    """The kernel (or container) refuses the namespaces the sandbox needs, and no fallback may be used: the one
+    unavailability tests may skip on. Every other `SandboxUnavailable` means the sandbox itself is broken here."""
 
 
 @dataclass(frozen=True)
@@ -137,8 +143,10 @@ class _Runner:
             raise
         if not message or message[0] != "ready":
             self.kill()
-            reason = message[1] if message and message[0] == "unavailable" else f"runner exited ({message!r})"
-            raise SandboxUnavailable(reason)
+            if message and message[0] == "unavailable":
+                error = NamespacesUnavailable if message[2] == "namespaces" else SandboxUnavailable
+                raise error(message[1])
+            raise SandboxUnavailable(f"runner exited ({message!r})")
         self.info = message[1]
 
     def _send(self, message: tuple) -> None:
@@ -175,6 +183,9 @@ class _Runner:
         return result
 
     def kill(self) -> None:
+        """Kill B and R and wait until both are gone (R is B's child, not ours: waited on through a pidfd), so that
+        nothing of the runner outlives `Sandbox.close()`."""
+        r_pidfds = _child_pidfds(self.process.pid)
         try:
             os.killpg(self.process.pid, 9)  # B and R (R also dies with B); programs die with R
         except (ProcessLookupError, PermissionError):
@@ -188,13 +199,36 @@ class _Runner:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        if r_pidfds:
+            wait_readable(r_pidfds, 10)  # a pidfd turns readable when its process has exited
+        for fd in r_pidfds:
+            os.close(fd)
+
+
+def _child_pidfds(pid: int) -> list[int]:
+    """Pidfds of the children of process `pid` (empty if it has none or is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+    fds = []
+    for child in children:
+        try:
+            fds.append(os.pidfd_open(child))
+        except OSError:
+            pass
+    return fds
 
 
 def _close_runners(runners: list[_Runner], fallback_dir: str) -> None:
     for runner in runners:
         runner.kill()
     runners.clear()
-    shutil.rmtree(fallback_dir, ignore_errors=True)
+    try:
+        remove_tree(fallback_dir)  # not shutil.rmtree: a program's folders can nest deeper than its recursion
+    except OSError as exc:
+        logger.warning("Could not delete the code sandbox's folder %s: %s", fallback_dir, exc)
 
 
 class Sandbox:
@@ -284,7 +318,7 @@ class Sandbox:
             try:
                 first = self._start_runner()
             except SandboxUnavailable as exc:
-                raise SandboxUnavailable(_unavailable_message(str(exc))) from exc
+                raise type(exc)(_unavailable_message(str(exc))) from exc
             # The check gets its own generous limit: a tiny code_timeout must not read as a broken interpreter.
             check = first.run(self._job("print('ok')", "", timeout=max(10.0, self.limits.timeout)))
             if check["status"] != "ok" or check["stdout"].strip() != b"ok":
@@ -323,6 +357,18 @@ class Sandbox:
                     if not self.runners:
                         return self._start_runner()
 
+    def _replace(self, runner: _Runner, reason: str) -> _Runner | None:
+        """Kill `runner` and start another in its place (None if that fails: `_take_runner` tries again)."""
+        logger.warning("Code sandbox runner replaced: %s", reason)
+        runner.kill()
+        with self._lock:
+            self.runners.remove(runner)
+            try:
+                return self._start_runner()
+            except Exception as start_error:  # noqa: BLE001
+                logger.error("Could not restart a code sandbox runner: %s", start_error)
+                return None
+
     def _run_one(self, program: str, stdin: str) -> RunResult:
         try:
             runner = self._take_runner()
@@ -331,17 +377,13 @@ class Sandbox:
         try:
             result = runner.run(self._job(program, stdin))
         except Exception as exc:  # noqa: BLE001 - a hung or dead runner: replace it, the job is a sandbox error
-            logger.warning("Code sandbox runner failed (%s); replacing it.", exc)
-            runner.kill()
-            with self._lock:
-                self.runners.remove(runner)
-                try:
-                    runner = self._start_runner()
-                except Exception as start_error:  # noqa: BLE001
-                    logger.error("Could not restart a code sandbox runner: %s", start_error)
-                    runner = None
+            runner = self._replace(runner, f"it failed ({exc})")
             result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": str(exc).encode()}
             result["wall_s"] = 0.0
+        else:
+            # A runner that retires (an error of its own, or its limits changed under it) has exited: replace it.
+            if result.pop("retire", False):
+                runner = self._replace(runner, f"it retired ({result['stderr'][-200:]!r})")
         if runner is not None:
             self._idle.put(runner)
         return RunResult(**result)
@@ -370,17 +412,21 @@ def _warn_fallback_once() -> None:
         logger.warning(
             "code sandbox: this kernel does not allow user/network namespaces, and code_allow_network_fallback is "
             "set: programs run WITHOUT network isolation (they could reach the network and this machine's "
-            "services) and share the host's pid namespace. They still run as uid 65534 (when the trainer is root) "
-            "under the same limits. See docs/code-rewards.md."
+            "services), share the host's pid namespace and see its whole file system, and can fill its "
+            "world-writable folders (/tmp, /dev/shm, /var/tmp). They run as uid 65534 (the trainer is root; an "
+            "unprivileged trainer is refused the fallback) under the same limits. See docs/code-rewards.md."
         )
 
 
 def _unavailable_message(reason: str) -> str:
+    fallback = (
+        "To run programs WITHOUT network isolation anyway, set code_allow_network_fallback: true (root trainers "
+        "only: programs must run as another user than the trainer's)."
+    )
     return (
         f"The code sandbox cannot isolate programs on this machine: {reason}. It needs user and network namespaces "
         "(`unshare --user --net true` must work; in Docker, allow the unshare syscall or run with --privileged, or "
-        "set kernel.unprivileged_userns_clone=1). To run programs WITHOUT network isolation anyway, set "
-        "code_allow_network_fallback: true."
+        f"set kernel.unprivileged_userns_clone=1). {fallback}"
     )
 
 
