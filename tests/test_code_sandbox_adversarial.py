@@ -40,6 +40,8 @@ SCENARIOS = [
     "deep_tree",
     "sysv_shm",
     "cripple_runner",
+    "unix_socket",
+    "read_repository",
 ]
 EXPECTED_COUNTER = {
     "crash_segfault": "crashes",
@@ -102,6 +104,10 @@ def test_nothing_outside_was_touched_and_nothing_outlives_the_sandbox(report):
     assert report["runners_left"] == []
     assert report["namespace_members_left"] == []
     assert report["shm_segments_left"] == []  # the SysV segment died with its program's IPC namespace
+    # The trainer listened on Unix sockets (mode 0777) in the host's /var/tmp, /dev/shm, /tmp, /run/lock: those
+    # folders are not in the programs' root, so no program could name, hence connect to, any of them.
+    assert report["unix_listeners"] >= 2
+    assert report["unix_accepted"] is False
 
 
 def test_a_deep_tree_is_deleted_without_recursion_in_the_fallback_too():
@@ -132,5 +138,7 @@ def test_the_same_holds_for_an_unprivileged_trainer():
         assert result[scenario]["score"] == 0.0, (scenario, result[scenario])
         assert result[scenario]["sandbox_works_after"], scenario
     assert result["listener_accepted"] is False
+    assert result["unix_accepted"] is False
     assert result["planted_intact"] is True
     assert result["runners_left"] == []
+    assert result["shm_segments_left"] == []

@@ -7,18 +7,21 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
    65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 65534 1` (only a
    process with CAP_SETUID outside may map two ids), and waits for `("mapped",)`.
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
-   program dies with `R`), and waits for it. `R` makes every mount private and read-only, covers the `HIDDEN`
-   folders (`/proc`, `/run`, `/tmp`, `/dev/shm`, `/home`, `/root`, ...) with empty tmpfs (the interpreter's own
-   folder is bound back, read-only, if it lives under one of them or under a folder others cannot enter), mounts a
-   fresh writable tmpfs on `/tmp` for the work folders and answers `("ready", info)`.
+   program dies with `R`), and waits for it. `R` builds a minimal read-only root (`rewards.code._filesystem`:
+   `/usr`, `/lib*`, `/etc`, the interpreters' folders, a few devices; no `/tmp`, `/var`, `/run`, `/dev/shm`,
+   `/home` of the host), `pivot_root`s into it, mounts a fresh writable tmpfs on `/tmp` for the work folders and
+   answers `("ready", info)`.
 3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
-   (own session, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment, stdin from a memfd),
-   reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every process of the
-   namespace (`kill(-1, SIGKILL)`), reaps them, deletes the folder and answers `(job_id, result)`.
+   (own session and IPC namespace, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment,
+   stdin from a memfd), reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every
+   process of the namespace (`kill(-1, SIGKILL)`), reaps them, replaces `/tmp` by an empty tmpfs and answers
+   `(job_id, result)`. After an error of its own, or when its own limits changed, the answer carries `retire` and
+   `R` exits: the trainer starts another runner.
 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
-still drops to uid 65534 when `B` is root, but it shares the network and pid namespace of the host (see
-docs/code-rewards.md). Nothing here imports anything beyond the standard library.
+still drops to uid 65534 (`B` must be root: the fallback is refused otherwise), but it shares the network, pid
+namespace and file system of the host (see docs/code-rewards.md). Nothing here imports beyond the standard
+library.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ import pickle
 import resource
 import select
 import signal
-import stat
 import struct
 import sys
 import time
+
+from rewards.code._filesystem import fresh_tmp, minimal_root, remove_tree
 
 _HEADER = struct.Struct(">I")
 CLONE_NEWNS = 0x00020000
@@ -41,34 +45,17 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-SYS_MOUNT_SETATTR = 442  # the same number on every architecture (generic syscall table, Linux 5.12)
-AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
-MNT_DETACH = 2
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 PROGRAM_ID = 65534  # uid and gid of every program (nobody/nogroup)
-HIDDEN = ("/proc", "/run", "/tmp", "/dev/shm", "/home", "/root", "/mnt", "/media", "/srv")
 STDERR_KEEP = 2048  # bytes of stderr kept for the result (the tail: where Python puts the exception)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64)]
-    _fields_ += [("userns_fd", ctypes.c_uint64)]
 
 
 def _check(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    encode = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
 
 
 def _send(out, message: tuple) -> None:
@@ -122,52 +109,6 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
         _write("/proc/self/uid_map", f"{PROGRAM_ID} {uid} 1\n")
         _write("/proc/self/gid_map", f"{PROGRAM_ID} {gid} 1\n")
     return "namespaces"
-
-
-def _expose(real: str) -> bool:
-    """Make folder `real` reachable if a hidden or non-searchable folder is above it; whether a bind is needed."""
-    parts = real.strip("/").split("/")
-    for depth in range(1, len(parts)):
-        ancestor = "/" + "/".join(parts[:depth])
-        if ancestor in HIDDEN or not os.stat(ancestor).st_mode & stat.S_IXOTH:
-            if ancestor not in HIDDEN:
-                _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-            os.makedirs(real, mode=0o755, exist_ok=True)
-            return True
-    return False
-
-
-def _read_only(mount_points: list[str]) -> None:
-    """Every mount read-only: one recursive `mount_setattr` (Linux 5.12+), else a bind remount of each."""
-    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    if _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
-        return
-    for target in sorted(mount_points, key=len):
-        try:
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-        except OSError:
-            pass  # a mount that cannot be remounted (it may be covered); checked below
-    if os.access("/usr", os.W_OK) or os.access("/", os.W_OK):
-        raise OSError(errno.EPERM, "could not make the file system read-only")
-
-
-def _isolate_filesystem(expose: list[str], tmpfs_mb: int) -> None:
-    """Private mounts, hidden folders, everything read-only, a writable tmpfs (/tmp) for the work folders."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    with open("/proc/self/mounts") as f:
-        mount_points = [line.split()[1].replace("\\040", " ") for line in f]
-    # Bind sources are opened before the folders above them (or /proc, which names them) are covered.
-    sources = {os.path.realpath(p): os.open(os.path.realpath(p), os.O_PATH | os.O_DIRECTORY) for p in expose}
-    for path in HIDDEN:
-        if path != "/proc" and os.path.isdir(path) and not os.path.islink(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-    for real, fd in sources.items():
-        if _expose(real):
-            _mount(f"/proc/self/fd/{fd}", real, None, MS_BIND | MS_REC)
-        os.close(fd)
-    _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-    _read_only(mount_points + [p for p in HIDDEN if os.path.isdir(p)] + list(sources))
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0755")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -277,64 +218,9 @@ def run_job(job: dict, state: dict) -> dict:
         return _supervise(pid, out_r, err_r, limits, start, state)
     finally:
         if state["mode"] == "namespaces":
-            _fresh_tmp(state["tmpfs_mb"])
+            fresh_tmp(state["tmpfs_mb"])
         else:
             remove_tree(workdir)
-
-
-def _fresh_tmp(tmpfs_mb: int) -> None:
-    """Replace the namespace's /tmp (work folders, and whatever a program wrote there) by an empty tmpfs: a detach
-    frees the old one whatever it holds (a tree deeper than any recursive delete, files a program made read-only)."""
-    _check(_libc.umount2(b"/tmp", MNT_DETACH), "umount /tmp")
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0755")
-
-
-def remove_tree(path: str, max_entries: int = 1_000_000) -> None:
-    """Delete folder `path` and everything in it, without recursion: a program can nest folders deeper than Python's
-    recursion limit (shutil.rmtree's RecursionError) and than PATH_MAX. Descends by directory fd and climbs back by
-    `..`, checking each folder's identity on the way up, so that a folder moved elsewhere meanwhile is never
-    followed out of the tree; stops with OSError after `max_entries` removals (a process still filling it)."""
-    try:
-        fd = os.open(path, _DIR_FLAGS)
-    except FileNotFoundError:
-        return
-    identities, names = [_identity(fd)], []
-    try:
-        for _ in range(max_entries):
-            subfolder = None
-            for entry in list(os.scandir(fd)):
-                if entry.is_dir(follow_symlinks=False):
-                    subfolder = entry.name
-                    break
-                os.unlink(entry.name, dir_fd=fd)
-            if subfolder is not None:
-                child = os.open(subfolder, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = child
-                identities.append(_identity(fd))
-                names.append(subfolder)
-                continue
-            if not names:
-                os.close(fd)
-                fd = -1
-                os.rmdir(path)
-                return
-            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = parent
-            identities.pop()
-            if _identity(fd) != identities[-1]:
-                raise OSError(errno.ESTALE, f"a folder under {path} was moved while it was being deleted")
-            os.rmdir(names.pop(), dir_fd=fd)
-        raise OSError(errno.EMLINK, f"{path} still had entries after {max_entries} removals")
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
-def _identity(fd: int) -> tuple[int, int]:
-    info = os.fstat(fd)
-    return info.st_dev, info.st_ino
 
 
 def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> dict:
@@ -464,7 +350,7 @@ def main() -> None:
             os._exit(os.waitstatus_to_exitcode(wait_status) & 0xFF)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # R dies with B
         try:
-            _isolate_filesystem(config["expose"], config["tmpfs_mb"])
+            minimal_root(config["expose"], config["tmpfs_mb"])
         except OSError as exc:
             _send(out, ("unavailable", f"filesystem isolation failed: {exc}", "isolation"))
             return

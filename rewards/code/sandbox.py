@@ -4,16 +4,17 @@ What a program gets (docs/code-rewards.md has the full list of guarantees and no
 - its own session and process group, uid/gid 65534 with no capabilities and `no_new_privs` (never root, even when
   the trainer is root: the kernel does not apply the process limit to root);
 - a network namespace of its own runner with no interface up (no network, not even 127.0.0.1 of the host), a pid
-  namespace (it cannot see or signal any process outside it; everything it starts dies with the test), a mount
-  namespace in which the whole file system is read-only and /proc, /run, /tmp, /dev/shm, /home, /root are empty;
+  namespace (it cannot see or signal any process outside it; everything it starts dies with the test), an IPC
+  namespace of its own, and a mount namespace whose root is minimal and read-only (/usr, /lib*, /etc, the
+  interpreter, a few devices: no folder of the host where others create files or sockets, no repository);
 - a fresh working folder on a private tmpfs (deleted after the test), an empty environment (PATH, HOME, LANG only),
   stdin from the test;
 - limits: wall seconds (`timeout`), CPU seconds, address space, processes/threads, open files, file size, output.
 
 Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
 and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
-`allow_network_fallback` is set; then programs still run as uid 65534 (when the trainer is root) under the same
-rlimits, but share the host's network and pid namespace, and a warning says so once.
+`allow_network_fallback` is set and the trainer is root; then programs still run as uid 65534 under the same
+rlimits, but share the host's network, pid namespace and file system, and a warning says so once.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import wait as wait_readable
 from pathlib import Path
 
-from rewards.code._runner import remove_tree
+from rewards.code._filesystem import remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,12 @@ def default_program_python() -> tuple[str, list[str]]:
     if not os.path.exists(python):
         python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     return python, [sys.base_prefix]
+
+
+def installation_folders(python: str) -> list[str]:
+    """The folders an interpreter needs, besides the system's: the one above its `bin/`, for the path as given (a
+    venv) and resolved (its base installation)."""
+    return sorted({os.path.dirname(os.path.dirname(p)) for p in (os.path.abspath(python), os.path.realpath(python))})
 
 
 def _write_id_maps(pid: int) -> None:
@@ -267,7 +274,8 @@ class Sandbox:
         os.chmod(self.fallback_dir, 0o711)  # programs (uid 65534) reach their own folder in it, nothing else
         self.config = {
             "allow_fallback": allow_network_fallback,
-            "expose": [] if python else expose,
+            # The minimal root binds these (besides /usr, /lib*, /etc): the runner's own Python and the programs'.
+            "expose": [*expose, *installation_folders(self.python)],
             "tmpfs_mb": max(64, (self.limits.max_file_bytes * 4) >> 20),
             "fallback_dir": self.fallback_dir,
             # Simulate a kernel without namespaces (tests, and checking a fallback set-up before relying on it).
