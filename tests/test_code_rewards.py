@@ -219,6 +219,9 @@ def test_the_readme_code_example_is_this_file_and_scores_the_task_set(monkeypatc
     infos = [r["verification_info"] for r in rows]
     completions = [as_completion(r["reference"]) for r in rows] + [as_completion(r["wrong"]) for r in rows] + ["no"]
     assert reward(completions=completions, verification_info=infos * 2 + infos[:1]) == [1.0] * 3 + [0.0] * 4
+    # The right output followed by a crash (or a hang) is not a pass: the example checks result.status first.
+    crashing = as_completion(rows[0]["reference"] + "\nraise SystemExit(3)\n")
+    assert reward(completions=[crashing], verification_info=infos[:1]) == [0.0]
 
 
 def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(monkeypatch, caplog):
