@@ -89,6 +89,11 @@ def scenarios(planted: Path, port: int, sockets: list[str]) -> dict[str, tuple[s
             f"print(next((v for v in found if {SECRET!r} in v), 'nothing'))\n",
             SECRET,
         ),
+        "fake_sandbox_error": (  # a sandbox error scores None (left out of the advantage), a crash scores 0
+            "import os, sys\nprint('42')\nsys.stdout.flush()\n"
+            "os.write(2, b'sandbox: cannot start the program: OSError()')\nos._exit(126)\n",
+            "42",
+        ),
         "deep_tree": (  # deeper than shutil.rmtree's recursion (review finding 1)
             "import os\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nprint('nested')\n",
             "never",

@@ -37,6 +37,7 @@ SCENARIOS = [
     "signal_parent",
     "network",
     "secret_env",
+    "fake_sandbox_error",
     "deep_tree",
     "sysv_shm",
     "cripple_runner",
@@ -50,6 +51,7 @@ EXPECTED_COUNTER = {
     "hang_sleep": "timeouts",
     "memory": "crashes",
     "huge_output": "crashes",
+    "fake_sandbox_error": "crashes",
 }
 
 

@@ -129,14 +129,18 @@ def _set_limits(limits: dict, extra_processes: int) -> None:
         resource.setrlimit(name, value)
 
 
-def _exec_program(job: dict, workdir: str, stdin_fd: int, out_w: int, err_w: int, state: dict) -> None:
-    """In the forked child: drop everything, then exec the interpreter on the program. Never returns."""
+def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state: dict) -> None:
+    """In the forked child: drop everything, then exec the interpreter on the program. Never returns. `fds`: stdin,
+    stdout, stderr, and the close-on-exec pipe on which a failure to start is reported (a program cannot write to
+    it, so it cannot pass its own failure off as the sandbox's: that would score None instead of 0)."""
+    stdin_fd, out_w, err_w, failed_w = fds
     try:
         os.setsid()
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 1 << 16)
+        os.closerange(3, failed_w)
+        os.closerange(failed_w + 1, 1 << 16)
         os.chdir(workdir)
         # Its own IPC namespace: SysV shared memory, semaphores and POSIX message queues it creates die with its
         # last process instead of outliving the test outside any memory limit.
@@ -153,9 +157,9 @@ def _exec_program(job: dict, workdir: str, stdin_fd: int, out_w: int, err_w: int
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         python = job["python"]
         os.execve(python, [python, *job["python_args"], "main.py"], env)
-    except BaseException as exc:  # noqa: BLE001 - report through stderr, exit with a code the parent recognises
+    except BaseException as exc:  # noqa: BLE001 - reported on the close-on-exec pipe
         try:
-            os.write(2, f"sandbox: cannot start the program: {exc!r}".encode())
+            os.write(failed_w, f"sandbox: cannot start the program: {exc!r}".encode()[:4096])
         finally:
             os._exit(126)
 
@@ -209,13 +213,21 @@ def run_job(job: dict, state: dict) -> dict:
         os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        failed_r, failed_w = os.pipe2(os.O_CLOEXEC)
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _exec_program(job, workdir, stdin_fd, out_w, err_w, state)
-        for fd in (stdin_fd, out_w, err_w):
+            _exec_program(job, workdir, (stdin_fd, out_w, err_w, failed_w), state)
+        for fd in (stdin_fd, out_w, err_w, failed_w):
             os.close(fd)
-        return _supervise(pid, out_r, err_r, limits, start, state)
+        try:
+            result = _supervise(pid, out_r, err_r, limits, start, state)
+            failure = os.read(failed_r, 4096)  # empty: exec succeeded (the pipe closed on exec) or nothing to say
+        finally:
+            os.close(failed_r)
+        if failure:
+            result.update(status="sandbox_error", stderr=failure)
+        return result
     finally:
         if state["mode"] == "namespaces":
             fresh_tmp(state["tmpfs_mb"])
@@ -263,8 +275,6 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
             status = "sandbox_error"
         elif os.WIFSIGNALED(wait_status):
             status = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
-        elif os.WEXITSTATUS(wait_status) == 126 and stderr.startswith(b"sandbox: "):
-            status = "sandbox_error"
         elif os.WEXITSTATUS(wait_status) != 0:
             status = "crash"
     exit_code = None

@@ -26,6 +26,7 @@ import math
 import os
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -190,22 +191,31 @@ class _Runner:
         return result
 
     def kill(self) -> None:
-        """Kill B and R and wait until both are gone (R is B's child, not ours: waited on through a pidfd), so that
-        nothing of the runner outlives `Sandbox.close()`."""
+        """Kill R, then B, and wait until both are gone, so that nothing of the runner outlives `Sandbox.close()`.
+        R goes first (through a pidfd: it is B's child, not ours) so that B, waiting for it, reaps it and exits:
+        killed together, R would be left a zombie for the machine's init to reap, whenever it does."""
         r_pidfds = _child_pidfds(self.process.pid)
-        try:
-            os.killpg(self.process.pid, 9)  # B and R (R also dies with B); programs die with R
-        except (ProcessLookupError, PermissionError):
-            pass
+        for fd in r_pidfds:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=5 if r_pidfds else 0.001)
         except subprocess.TimeoutExpired:
-            pass
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)  # B not yet reaped: its pgid is still its own
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
         if r_pidfds:
             wait_readable(r_pidfds, 10)  # a pidfd turns readable when its process has exited
         for fd in r_pidfds:
