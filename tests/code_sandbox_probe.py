@@ -5,6 +5,8 @@ timeout, a kill of its process group), so that even a broken sandbox could not t
 hostile program is bounded itself too: hundreds of forks, not unbounded; 2 GB, not all memory; 8 MB of output.
 
 Each program prints its test's expected output only if its attack worked, so its `code` score says whether it did.
+Besides the issue's list, the programs of the security review of issue 16: a deep folder tree, a SysV segment left
+behind, `prlimit`/`setpriority` on the runner, a forged sandbox error, Unix sockets of the trainer, the repository.
 Per scenario the report holds the score, the run's status, details and counters, the processes left in the
 runner's pid namespace and the files left in its /tmp, and scenario-specific facts (the planted file still exists,
 the listener accepted nothing, the trainer is alive).
@@ -105,10 +107,12 @@ def scenarios(planted: Path, port: int, sockets: list[str]) -> dict[str, tuple[s
             "    libc.shmdt(ctypes.c_void_p(address))\nprint('segment', sid)\n",
             "never",
         ),
-        "cripple_runner": (  # lower the limits of the runner (pid 1) and of every process (finding 2)
-            "import resource\nfor pid in (1, 2, 3):\n    try:\n"
+        "cripple_runner": (  # lower the limits, priority and CPU set of the runner (pid 1), as its uid may (finding 2)
+            "import os, resource\nfor pid in (1, 2, 3):\n    try:\n"
             "        resource.prlimit(pid, resource.RLIMIT_NOFILE, (4, 4))\n"
             "        resource.prlimit(pid, resource.RLIMIT_NPROC, (1, 1))\n    except OSError:\n        pass\n"
+            "    try:\n        os.setpriority(os.PRIO_PROCESS, pid, 19)\n"
+            "        os.sched_setaffinity(pid, {min(os.sched_getaffinity(0))})\n    except OSError:\n        pass\n"
             "print('tried')\n",
             "never",
         ),
