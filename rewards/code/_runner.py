@@ -37,7 +37,7 @@ import struct
 import sys
 import time
 
-from rewards.code._filesystem import fresh_tmp, minimal_root, remove_tree
+from rewards.code._filesystem import minimal_root, remove_tree, reset_tmp
 
 _HEADER = struct.Struct(">I")
 CLONE_NEWNS = 0x00020000
@@ -230,7 +230,7 @@ def run_job(job: dict, state: dict) -> dict:
         return result
     finally:
         if state["mode"] == "namespaces":
-            fresh_tmp(state["tmpfs_mb"])
+            reset_tmp(workdir, state["tmpfs_mb"])
         else:
             remove_tree(workdir)
 
