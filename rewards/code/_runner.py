@@ -319,8 +319,8 @@ def _serve(stdin, out, state: dict) -> None:
                 result["retire"] = True
             # An unprivileged trainer's programs have the runner's uid outside, and prlimit/setpriority/
             # sched_setaffinity on another process need only that: the result stands, the runner is replaced.
-            if _own_settings() != start_up:
-                result["retire"] = True
+            if _own_settings() != start_up or result["status"] == "sandbox_error":
+                result["retire"] = True  # any failure of the sandbox itself: a fresh runner for the next job
         _send(out, (job["id"], result))
         if result.get("retire"):
             return
