@@ -5,6 +5,8 @@ timeout, a kill of its process group), so that even a broken sandbox could not t
 hostile program is bounded itself too: hundreds of forks, not unbounded; 2 GB, not all memory; 8 MB of output.
 
 Each program prints its test's expected output only if its attack worked, so its `code` score says whether it did.
+Besides the issue's list, the programs of the security review of issue 16: a deep folder tree, a SysV segment left
+behind, `prlimit`/`setpriority` on the runner, a forged sandbox error, Unix sockets of the trainer, the repository.
 Per scenario the report holds the score, the run's status, details and counters, the processes left in the
 runner's pid namespace and the files left in its /tmp, and scenario-specific facts (the planted file still exists,
 the listener accepted nothing, the trainer is alive).
@@ -24,28 +26,34 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rewards import RewardArguments, get_reward_funcs  # noqa: E402
-from rewards.code.sandbox import SandboxUnavailable  # noqa: E402
+from rewards.code.sandbox import NamespacesUnavailable  # noqa: E402
 
 SECRET = "drgrpo-test-secret-4e1f"
 TIMEOUT = 2.0
 
 
-def scenarios(planted: Path, port: int) -> dict[str, tuple[str, str]]:
+SHM_KEY = 0x5D0000 + os.getpid() % 0xFFFF  # the key the sysv_shm program uses (looked for on the host after)
+SOCKET_DIRS = ("/var/tmp", "/dev/shm", "/tmp", "/run/lock")  # world-writable shared folders of the host
+READABLE = str(Path(__file__).resolve().parents[1] / "pyproject.toml")  # in the repository
+
+
+def scenarios(planted: Path, port: int, sockets: list[str]) -> dict[str, tuple[str, str]]:
     """name -> (program, the output it prints only if its attack worked)."""
     trainer = os.getpid()
+    deadline = "import time\n_end = time.monotonic() + 30\n"  # every hostile loop ends by itself within 30 s
     return {
         "crash_segfault": ("import ctypes\nctypes.string_at(0)\nprint('survived')\n", "survived"),
         "crash_after_right_output": ("print('42')\nraise SystemExit(3)\n", "42"),
-        "hang_cpu": ("while True:\n    pass\n", "done"),
-        "hang_sleep": ("import time\ntime.sleep(3600)\nprint('done')\n", "done"),
+        "hang_cpu": (deadline + "while time.monotonic() < _end:\n    pass\n", "done"),
+        "hang_sleep": ("import time\ntime.sleep(30)\nprint('done')\n", "done"),
         "orphan": (
-            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    while True:\n"
+            deadline + "import os\nif os.fork() == 0:\n    os.setsid()\n    while time.monotonic() < _end:\n"
             "        open('still_here', 'w').write('x')\n        time.sleep(0.05)\nprint('parent left')\n",
             "never",
         ),
         "fork_flood": (
             "import os, time\nn = 0\nfor _ in range(300):\n    try:\n        if os.fork() == 0:\n"
-            "            time.sleep(60)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\n"
+            "            time.sleep(30)\n            os._exit(0)\n        n += 1\n    except OSError:\n        pass\n"
             "print(f'forked {n}')\n",
             "forked 300",
         ),
@@ -83,7 +91,75 @@ def scenarios(planted: Path, port: int) -> dict[str, tuple[str, str]]:
             f"print(next((v for v in found if {SECRET!r} in v), 'nothing'))\n",
             SECRET,
         ),
+        "fake_sandbox_error": (  # a sandbox error scores None (left out of the advantage), a crash scores 0
+            "import os, sys\nprint('42')\nsys.stdout.flush()\n"
+            "os.write(2, b'sandbox: cannot start the program: OSError()')\nos._exit(126)\n",
+            "42",
+        ),
+        "deep_tree": (  # deeper than shutil.rmtree's recursion (review finding 1)
+            "import os\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nprint('nested')\n",
+            "never",
+        ),
+        "sysv_shm": (  # a 16 MiB SysV segment, detached but not removed (finding 3): must die with the program
+            "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmat.restype = ctypes.c_void_p\n"
+            f"sid = libc.shmget({SHM_KEY}, 16 << 20, 0o1000 | 0o666)\nif sid >= 0:\n"
+            "    address = libc.shmat(sid, None, 0)\n    ctypes.memset(address, 1, 16 << 20)\n"
+            "    libc.shmdt(ctypes.c_void_p(address))\nprint('segment', sid)\n",
+            "never",
+        ),
+        "cripple_runner": (  # lower the limits, priority and CPU set of the runner (pid 1), as its uid may (finding 2)
+            "import os, resource\nfor pid in (1, 2, 3):\n    try:\n"
+            "        resource.prlimit(pid, resource.RLIMIT_NOFILE, (4, 4))\n"
+            "        resource.prlimit(pid, resource.RLIMIT_NPROC, (1, 1))\n    except OSError:\n        pass\n"
+            "    try:\n        os.setpriority(os.PRIO_PROCESS, pid, 19)\n"
+            "        os.sched_setaffinity(pid, {min(os.sched_getaffinity(0))})\n    except OSError:\n        pass\n"
+            "print('tried')\n",
+            "never",
+        ),
+        "unix_socket": (  # the trainer listens on Unix sockets in shared folders (finding 5)
+            f"import socket\nfor path in {sockets!r}:\n    try:\n        s = socket.socket(socket.AF_UNIX)\n"
+            "        s.settimeout(1)\n        s.connect(path)\n        s.sendall(b'hello')\n"
+            "        print('connected')\n        break\n    except OSError:\n        pass\n",
+            "connected",
+        ),
+        "read_repository": (  # the repository (and every other folder not needed to run Python) is not there
+            f"try:\n    print(len(open({READABLE!r}).read()) > 0)\nexcept OSError:\n    print('hidden')\n",
+            "True",
+        ),
     }
+
+
+def shm_segments(key: int) -> list[str]:
+    """Lines of the host's /proc/sysvipc/shm with `key`."""
+    with open("/proc/sysvipc/shm") as f:
+        return [line.strip() for line in f if line.split()[0] == str(key)]
+
+
+def unix_listeners(plant_dir: Path) -> list[socket.socket]:
+    """Listening Unix sockets (mode 0777) in each shared world-writable folder that exists, and in `plant_dir`."""
+    listeners = []
+    for folder in [str(plant_dir), *SOCKET_DIRS]:
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            continue
+        path = os.path.join(folder, f"drgrpo-probe-{os.getpid()}.sock")
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        os.chmod(path, 0o777)
+        listener.listen(8)
+        listener.setblocking(False)
+        listeners.append(listener)
+    return listeners
+
+
+def accepted_any(listeners: list[socket.socket]) -> bool:
+    found = False
+    for listener in listeners:
+        try:
+            listener.accept()[0].close()
+            found = True
+        except BlockingIOError:
+            pass
+    return found
 
 
 def namespace_state(runner_pid: int) -> dict:
@@ -144,7 +220,13 @@ def _ppid(proc: Path) -> int | None:
 
 
 def main() -> None:
+    """Arguments: scenario names to run (default all); `--fallback`: simulate a kernel without namespaces and allow
+    the fallback (as `DRGRPO_SANDBOX_NO_NAMESPACES=1` with `code_allow_network_fallback`)."""
     logging.basicConfig(level=logging.WARNING)
+    fallback = "--fallback" in sys.argv[1:]
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if fallback:
+        os.environ["DRGRPO_SANDBOX_NO_NAMESPACES"] = "1"
     for key in ("WANDB_API_KEY", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY"):
         os.environ[key] = SECRET  # planted before the sandbox starts
     plant_dir = Path(tempfile.mkdtemp(prefix="drgrpo-plant-", dir="/var/tmp"))
@@ -157,18 +239,30 @@ def main() -> None:
     listener.listen(8)
     listener.setblocking(False)
     port = listener.getsockname()[1]
+    unix = unix_listeners(plant_dir)
     settings = RewardArguments(
-        code_timeout=TIMEOUT, code_num_workers=1, code_memory_mb=256, code_max_processes=16, code_max_output_kb=1024
+        code_timeout=TIMEOUT,
+        code_num_workers=1,
+        code_memory_mb=256,
+        code_max_processes=16,
+        code_max_output_kb=1024,
+        code_allow_network_fallback=fallback,
+        code_python="/usr/bin/python3" if fallback else None,  # no mount namespace: a Python uid 65534 can run
     )
+    report: dict = {}
+    runner_pids, namespaces = [], set()
     try:
-        (reward,) = get_reward_funcs(["code"], settings)
-    except SandboxUnavailable as exc:
-        print(json.dumps({"unavailable": str(exc)}))
-        return
-    sandbox = reward.func.sandbox
-    report: dict = {"mode": sandbox.mode}
-    try:
-        for name, (program, success) in scenarios(planted, port).items():
+        try:
+            (reward,) = get_reward_funcs(["code"], settings)
+            reward.func.sandbox.start()
+        except NamespacesUnavailable as exc:  # only the kernel's refusal skips; any other failure is an error
+            print(json.dumps({"unavailable": str(exc)}))
+            return
+        sandbox = reward.func.sandbox
+        report["mode"] = sandbox.mode
+        for name, (program, success) in scenarios(planted, port, [u.getsockname() for u in unix]).items():
+            if only and name not in only:
+                continue
             tests = [{"input": "", "output": success}]
             start = time.monotonic()
             (score,) = reward(completions=[f"```python\n{program}```"], verification_info=[tests])
@@ -189,13 +283,20 @@ def main() -> None:
             connection.close()
         except BlockingIOError:
             report["listener_accepted"] = False
+        report["unix_listeners"] = len(unix)
+        report["unix_accepted"] = accepted_any(unix)
+        report["shm_segments_left"] = shm_segments(SHM_KEY)
         report["planted_intact"] = planted.exists() and planted.read_text() == "keep me"
         report["dropped_outside"] = (plant_dir / "dropped").exists()
         runner_pids = list(sandbox.pids)
         namespaces = _namespaces_of_children(runner_pids)
-    finally:
         sandbox.close()
+        report["fallback_dir_left"] = os.path.exists(sandbox.fallback_dir)
+    finally:
         listener.close()
+        for u in unix:
+            os.unlink(u.getsockname())
+            u.close()
         for path in plant_dir.iterdir():
             path.unlink()
         plant_dir.rmdir()

@@ -10,7 +10,7 @@ from drgrpo.evaluation import evaluate
 from drgrpo.evaluation.answers import normalize_gold
 from drgrpo.evaluation.benchmarks import resolve_preset
 from drgrpo.evaluation.code import code_settings, grade_code_completions
-from rewards.code import SandboxUnavailable
+from rewards.code import NamespacesUnavailable
 from rewards.code.taskset import TASKS_FILE, as_completion, load_task_set
 
 
@@ -29,8 +29,8 @@ def test_a_sample_is_correct_only_when_it_passes_every_test():
     golds = [r["verification_info"] for r in rows] + [rows[0]["verification_info"]] * 2 + ["not tests"]
     try:
         verdicts = grade_code_completions(completions, golds, code_settings({"code_num_workers": 1}))
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc}")
+    except NamespacesUnavailable as exc:
+        pytest.skip(f"no namespaces on this kernel: {exc}")
     assert [v for v, _ in verdicts] == ["correct"] * 3 + ["incorrect", "no_answer", "gold_unparsable"]
 
 

@@ -12,6 +12,7 @@ import pytest
 from rewards import BUILTINS, RewardArguments, get_reward_funcs
 from rewards.code import (
     CodeRewardArguments,
+    NamespacesUnavailable,
     SandboxUnavailable,
     TestCase,
     TestFormatError,
@@ -130,8 +131,8 @@ def test_the_call_harness_marks_its_result_and_keeps_the_expected_value_out():
 def code_reward():
     try:
         (reward,) = get_reward_funcs(["code"], RewardArguments(code_timeout=2.0, code_num_workers=2))
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc}")
+    except NamespacesUnavailable as exc:
+        pytest.skip(f"no namespaces on this kernel: {exc}")
     return reward
 
 
@@ -181,8 +182,8 @@ def test_the_checker_hook_accepts_any_right_answer(tmp_path):
     settings = RewardArguments(code_checker=f"{checker}:any_order", code_num_workers=1, code_scoring="all")
     try:
         (reward,) = get_reward_funcs(["code"], settings)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc}")
+    except NamespacesUnavailable as exc:
+        pytest.skip(f"no namespaces on this kernel: {exc}")
     tests = {"inputs": ["", ""], "outputs": ["1 2 3", "1 2 3"]}
     assert reward(
         completions=["```python\nprint(3, 1, 2)\n```", "```python\nprint(1, 2)\n```"], verification_info=[tests, tests]
@@ -218,6 +219,9 @@ def test_the_readme_code_example_is_this_file_and_scores_the_task_set(monkeypatc
     infos = [r["verification_info"] for r in rows]
     completions = [as_completion(r["reference"]) for r in rows] + [as_completion(r["wrong"]) for r in rows] + ["no"]
     assert reward(completions=completions, verification_info=infos * 2 + infos[:1]) == [1.0] * 3 + [0.0] * 4
+    # The right output followed by a crash (or a hang) is not a pass: the example checks result.status first.
+    crashing = as_completion(rows[0]["reference"] + "\nraise SystemExit(3)\n")
+    assert reward(completions=[crashing], verification_info=infos[:1]) == [0.0]
 
 
 def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(monkeypatch, caplog):
@@ -228,14 +232,16 @@ def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(m
         with pytest.raises(SandboxUnavailable, match="cannot isolate programs.*code_allow_network_fallback: true"):
             sandbox.start()
     python = "/usr/bin/python3"  # the fallback has no mount namespace: the interpreter must be reachable as is
-    if os.geteuid() == 0 and not os.access(python, os.X_OK):
+    if os.geteuid() != 0:
+        pytest.skip("the fallback is for root trainers only (test_an_unprivileged_trainer_is_refused_the_fallback)")
+    if not os.access(python, os.X_OK):
         pytest.skip("no system Python for the fallback")
     with Sandbox(1, SandboxLimits(timeout=2.0), allow_network_fallback=True, python=python) as sandbox:
         result = sandbox.run("import os\nprint(os.getuid(), sorted(os.environ))")
         assert sandbox.mode == "fallback"
     assert result.status == "ok"
     uid, environment = result.text.split(" ", 1)
-    assert int(uid) == (65534 if os.geteuid() == 0 else os.geteuid())  # root still drops to nobody
+    assert int(uid) == 65534  # root still drops to nobody (and a non-root trainer is refused the fallback)
     assert "WANDB_API_KEY" not in environment and "HF_TOKEN" not in environment
     assert any("WITHOUT network isolation" in r.getMessage() for r in caplog.records)
 
@@ -251,8 +257,8 @@ def test_the_docs_show_the_code_example_verbatim(page):
 def test_all_or_nothing_stops_at_a_failed_first_test():
     try:
         (reward,) = get_reward_funcs(["code"], RewardArguments(code_num_workers=2, code_scoring="all"))
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no sandbox here: {exc}")
+    except NamespacesUnavailable as exc:
+        pytest.skip(f"no namespaces on this kernel: {exc}")
     tests = [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (1, 2, 3, 4)]
     logged = {}
     scores = reward(
@@ -273,8 +279,8 @@ def test_a_dead_runner_costs_one_sandbox_error_and_is_replaced():
     with Sandbox(1, SandboxLimits(timeout=2.0)) as sandbox:
         try:
             assert sandbox.run("print(1)").status == "ok"
-        except SandboxUnavailable as exc:
-            pytest.skip(f"no sandbox here: {exc}")
+        except NamespacesUnavailable as exc:
+            pytest.skip(f"no namespaces on this kernel: {exc}")
         (first,) = sandbox.pids
         os.kill(first, signal.SIGKILL)
         result = sandbox.run("print(2)")
@@ -284,3 +290,89 @@ def test_a_dead_runner_costs_one_sandbox_error_and_is_replaced():
         assert second != first
     with pytest.raises(ProcessLookupError):
         os.kill(second, 0)
+
+
+# -- review findings: untrusted output never crashes the reward; only a kernel refusal skips ----------------------
+
+
+def test_integer_tokens_compare_as_normalised_strings_of_any_length():
+    """int() raises ValueError beyond 4300 digits: a program printing a huge number must just be wrong (or right)."""
+    huge = "1" * 5000
+    assert tokens_equal(huge, huge, 1e-6)
+    assert tokens_equal("+" + huge, "000" + huge, 1e-6)
+    assert not tokens_equal(huge, "3", 1e-6)
+    assert not tokens_equal("-" + huge, huge, 1e-6)
+    assert tokens_equal("-0", "0", 1e-6) and tokens_equal("007", "7", 1e-6) and not tokens_equal("-7", "7", 1e-6)
+    assert not tokens_equal(huge, "1.5", 1e-6)  # a float comparison: float(huge) is inf, not an error
+    assert call_result("@@m@@" + huge + "\n", "@@m@@") == (False, None)  # json.loads raises ValueError on it
+    assert not values_equal(10**400, 1.5)  # float(10**400) raises OverflowError
+
+
+def test_huge_numbers_and_a_raising_checker_score_zero_and_are_counted(code_reward, tmp_path):
+    tests = [{"input": "", "output": "3"}]
+    calls = {"fn_name": "f", "inputs": [[]], "outputs": [3]}
+    completions = [
+        "```python\nprint('1' * 5000)\n```",
+        "```python\nimport sys\nsys.set_int_max_str_digits(0)\ndef f():\n    return 10**5000\n```",
+        "```python\nprint(3)\n```",
+    ]
+    assert code_reward(completions=completions, verification_info=[tests, calls, tests]) == [0.0, 0.0, 1.0]
+    checker = tmp_path / "checker.py"
+    checker.write_text("def picky(input, expected, output):\n    return int(output) == int(expected)\n")
+    settings = RewardArguments(code_checker=f"{checker}:picky", code_num_workers=1, code_timeout=2.0)
+    (reward,) = get_reward_funcs(["code"], settings)  # the module's code_reward ran: namespaces work here
+    logged = {}
+    scores = reward(
+        completions=completions[::2], verification_info=[tests] * 2, log_metric=lambda n, v: logged.__setitem__(n, v)
+    )
+    assert scores == [0.0, 1.0]  # the checker's ValueError on 5000 digits fails that test, and training goes on
+    assert logged["rewards/code/check_errors"] == 1.0
+
+
+def test_only_a_kernel_refusal_of_namespaces_is_a_skip_reason(monkeypatch):
+    """NamespacesUnavailable (the one reason tests skip) only when unshare itself failed; a sandbox that starts but
+    cannot run a trivial program is a plain SandboxUnavailable, and tests must fail on it."""
+    from rewards.code import Sandbox, SandboxLimits
+
+    with Sandbox(1, SandboxLimits(timeout=2.0), python="/nonexistent/python3") as sandbox:
+        try:
+            sandbox.start()
+        except NamespacesUnavailable as exc:
+            pytest.skip(f"no namespaces on this kernel: {exc}")
+        except SandboxUnavailable as exc:
+            assert "trivial program failed" in str(exc)
+        else:
+            raise AssertionError("a sandbox whose interpreter does not exist started")
+    monkeypatch.setenv("DRGRPO_SANDBOX_NO_NAMESPACES", "1")
+    with Sandbox(1, SandboxLimits(timeout=2.0)) as sandbox:
+        with pytest.raises(NamespacesUnavailable, match="cannot isolate programs"):
+            sandbox.start()
+
+
+FALLBACK_AS_USER = """
+import os
+from rewards.code import Sandbox, SandboxLimits, SandboxUnavailable
+os.environ["DRGRPO_SANDBOX_NO_NAMESPACES"] = "1"
+with Sandbox(1, SandboxLimits(timeout=2.0), allow_network_fallback=True, python="/usr/bin/python3") as sandbox:
+    try:
+        print("ran as uid", sandbox.run("import os; print(os.getuid())").text.strip())
+    except SandboxUnavailable as exc:
+        print("refused:", exc)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"), reason="needs root to be a user")
+def test_an_unprivileged_trainer_is_refused_the_fallback():
+    """Without namespaces, an unprivileged trainer's programs would run as the trainer's own user (read its secrets
+    from /proc/<trainer>/environ, kill it, delete its checkpoints): refused, even with the fallback allowed."""
+    import subprocess
+
+    if subprocess.run(["/usr/bin/python3", "-c", "import dataclasses"]).returncode:
+        pytest.skip("no system Python that an unprivileged user can run")
+    user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(ROOT)}
+    command = ["timeout", "60", *user, "/usr/bin/python3", "-c", FALLBACK_AS_USER]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd="/", timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "needs a root trainer" in done.stdout, done.stdout
+    assert "ran as uid" not in done.stdout

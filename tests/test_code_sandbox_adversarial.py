@@ -4,7 +4,8 @@ world-writable file outside its folder nor signal its way out; and the sandbox k
 
 The programs run in a separate process (tests/code_sandbox_probe.py) under outer bounds: `prlimit` caps processes
 and address space, the run has a timeout and its whole process group is killed afterwards. The programs bound
-themselves too (300 forks, 2 GB, 8 MB of output), so even a broken sandbox could not exhaust this machine.
+themselves too (300 forks, 2 GB, 8 MB of output, loops that end within 30 s), so even a broken sandbox could not
+exhaust this machine nor leave a spinning process (the `setsid` ones escape the outer process-group kill).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "code_sandbox_probe.py"
 TIMEOUT = 2.0  # the probe's code_timeout
-OUTER_LIMITS = ["prlimit", "--nproc=4096", f"--as={16 << 30}", "--"]
+OUTER_LIMITS = ["timeout", "-s", "KILL", "300", "prlimit", "--nproc=4096", f"--as={16 << 30}", "--cpu=120", "--"]
 SCENARIOS = [
     "crash_segfault",
     "crash_after_right_output",
@@ -36,6 +37,12 @@ SCENARIOS = [
     "signal_parent",
     "network",
     "secret_env",
+    "fake_sandbox_error",
+    "deep_tree",
+    "sysv_shm",
+    "cripple_runner",
+    "unix_socket",
+    "read_repository",
 ]
 EXPECTED_COUNTER = {
     "crash_segfault": "crashes",
@@ -44,11 +51,13 @@ EXPECTED_COUNTER = {
     "hang_sleep": "timeouts",
     "memory": "crashes",
     "huge_output": "crashes",
+    "fake_sandbox_error": "crashes",
 }
 
 
 def run_probe(command: list[str], env: dict | None = None) -> dict:
-    """Run the probe under the outer bounds; its JSON report (skip where the kernel has no namespaces)."""
+    """Run the probe under the outer bounds; its JSON report. Skips only where the kernel refuses namespaces (the
+    probe reports NamespacesUnavailable as "unavailable"; any other failure of the sandbox fails the test)."""
     if shutil.which("prlimit") is None:
         pytest.skip("util-linux prlimit is needed to bound the hostile programs from outside")
     process = subprocess.Popen(
@@ -96,6 +105,25 @@ def test_nothing_outside_was_touched_and_nothing_outlives_the_sandbox(report):
     assert report["dropped_outside"] is False
     assert report["runners_left"] == []
     assert report["namespace_members_left"] == []
+    assert report["shm_segments_left"] == []  # the SysV segment died with its program's IPC namespace
+    # The trainer listened on Unix sockets (mode 0777) in the host's /var/tmp, /dev/shm, /tmp, /run/lock: those
+    # folders are not in the programs' root, so no program could name, hence connect to, any of them.
+    assert report["unix_listeners"] >= 2
+    assert report["unix_accepted"] is False
+
+
+def test_a_deep_tree_is_deleted_without_recursion_in_the_fallback_too():
+    """Without namespaces (root trainer, fallback allowed) the work folder is deleted by `remove_tree`, not by
+    shutil.rmtree (RecursionError on 1500 nested folders); the sandbox keeps working and leaves no folder."""
+    if os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("the fallback is for root trainers, with a system Python")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = run_probe([sys.executable, str(PROBE), "--fallback", "deep_tree"], env)
+    assert result["mode"] == "fallback"
+    entry = result["deep_tree"]
+    assert entry["score"] == 0.0 and entry["counters"]["sandbox_errors"] == 0, entry
+    assert entry["sandbox_works_after"]
+    assert result["fallback_dir_left"] is False
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become a user")
@@ -112,5 +140,7 @@ def test_the_same_holds_for_an_unprivileged_trainer():
         assert result[scenario]["score"] == 0.0, (scenario, result[scenario])
         assert result[scenario]["sandbox_works_after"], scenario
     assert result["listener_accepted"] is False
+    assert result["unix_accepted"] is False
     assert result["planted_intact"] is True
     assert result["runners_left"] == []
+    assert result["shm_segments_left"] == []

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rewards.code.blocks import code_format_score, extract_program
 from rewards.code.compare import outputs_match
 from rewards.code.reward import CodeFormatReward, CodeReward
-from rewards.code.sandbox import RunResult, Sandbox, SandboxLimits, SandboxUnavailable
+from rewards.code.sandbox import NamespacesUnavailable, RunResult, Sandbox, SandboxLimits, SandboxUnavailable
 from rewards.code.settings import CodeRewardArguments
 from rewards.code.testcases import TestCase, TestFormatError, parse_tests
 
@@ -51,6 +51,7 @@ __all__ = [
     "Sandbox",
     "SandboxLimits",
     "SandboxUnavailable",
+    "NamespacesUnavailable",
     "TestCase",
     "TestFormatError",
     "code_format_score",

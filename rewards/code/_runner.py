@@ -7,18 +7,21 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
    65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 65534 1` (only a
    process with CAP_SETUID outside may map two ids), and waits for `("mapped",)`.
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
-   program dies with `R`), and waits for it. `R` makes every mount private and read-only, covers the `HIDDEN`
-   folders (`/proc`, `/run`, `/tmp`, `/dev/shm`, `/home`, `/root`, ...) with empty tmpfs (the interpreter's own
-   folder is bound back, read-only, if it lives under one of them or under a folder others cannot enter), mounts a
-   fresh writable tmpfs on `/tmp` for the work folders and answers `("ready", info)`.
+   program dies with `R`), and waits for it. `R` builds a minimal read-only root (`rewards.code._filesystem`:
+   `/usr`, `/lib*`, `/etc`, the interpreters' folders, a few devices; no `/tmp`, `/var`, `/run`, `/dev/shm`,
+   `/home` of the host), `pivot_root`s into it, mounts a fresh writable tmpfs on `/tmp` for the work folders and
+   answers `("ready", info)`.
 3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
-   (own session, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment, stdin from a memfd),
-   reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every process of the
-   namespace (`kill(-1, SIGKILL)`), reaps them, deletes the folder and answers `(job_id, result)`.
+   (own session and IPC namespace, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment,
+   stdin from a memfd), reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every
+   process of the namespace (`kill(-1, SIGKILL)`), reaps them, replaces `/tmp` by an empty tmpfs and answers
+   `(job_id, result)`. After an error of its own, or when its own limits changed, the answer carries `retire` and
+   `R` exits: the trainer starts another runner.
 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
-still drops to uid 65534 when `B` is root, but it shares the network and pid namespace of the host (see
-docs/code-rewards.md). Nothing here imports anything beyond the standard library.
+still drops to uid 65534 (`B` must be root: the fallback is refused otherwise), but it shares the network, pid
+namespace and file system of the host (see docs/code-rewards.md). Nothing here imports beyond the standard
+library.
 """
 
 from __future__ import annotations
@@ -29,44 +32,30 @@ import os
 import pickle
 import resource
 import select
-import shutil
 import signal
-import stat
 import struct
 import sys
 import time
 
+from rewards.code._filesystem import minimal_root, remove_tree, reset_tmp
+
 _HEADER = struct.Struct(">I")
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-SYS_MOUNT_SETATTR = 442  # the same number on every architecture (generic syscall table, Linux 5.12)
-AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 PROGRAM_ID = 65534  # uid and gid of every program (nobody/nogroup)
-HIDDEN = ("/proc", "/run", "/tmp", "/dev/shm", "/home", "/root", "/mnt", "/media", "/srv")
 STDERR_KEEP = 2048  # bytes of stderr kept for the result (the tail: where Python puts the exception)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64)]
-    _fields_ += [("userns_fd", ctypes.c_uint64)]
 
 
 def _check(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    encode = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(_libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
 
 
 def _send(out, message: tuple) -> None:
@@ -122,52 +111,6 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
     return "namespaces"
 
 
-def _expose(real: str) -> bool:
-    """Make folder `real` reachable if a hidden or non-searchable folder is above it; whether a bind is needed."""
-    parts = real.strip("/").split("/")
-    for depth in range(1, len(parts)):
-        ancestor = "/" + "/".join(parts[:depth])
-        if ancestor in HIDDEN or not os.stat(ancestor).st_mode & stat.S_IXOTH:
-            if ancestor not in HIDDEN:
-                _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-            os.makedirs(real, mode=0o755, exist_ok=True)
-            return True
-    return False
-
-
-def _read_only(mount_points: list[str]) -> None:
-    """Every mount read-only: one recursive `mount_setattr` (Linux 5.12+), else a bind remount of each."""
-    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    if _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
-        return
-    for target in sorted(mount_points, key=len):
-        try:
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
-        except OSError:
-            pass  # a mount that cannot be remounted (it may be covered); checked below
-    if os.access("/usr", os.W_OK) or os.access("/", os.W_OK):
-        raise OSError(errno.EPERM, "could not make the file system read-only")
-
-
-def _isolate_filesystem(expose: list[str], tmpfs_mb: int) -> None:
-    """Private mounts, hidden folders, everything read-only, a writable tmpfs (/tmp) for the work folders."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    with open("/proc/self/mounts") as f:
-        mount_points = [line.split()[1].replace("\\040", " ") for line in f]
-    # Bind sources are opened before the folders above them (or /proc, which names them) are covered.
-    sources = {os.path.realpath(p): os.open(os.path.realpath(p), os.O_PATH | os.O_DIRECTORY) for p in expose}
-    for path in HIDDEN:
-        if path != "/proc" and os.path.isdir(path) and not os.path.islink(path):
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-    for real, fd in sources.items():
-        if _expose(real):
-            _mount(f"/proc/self/fd/{fd}", real, None, MS_BIND | MS_REC)
-        os.close(fd)
-    _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-    _read_only(mount_points + [p for p in HIDDEN if os.path.isdir(p)] + list(sources))
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0755")
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # One program (R)
 
@@ -186,15 +129,24 @@ def _set_limits(limits: dict, extra_processes: int) -> None:
         resource.setrlimit(name, value)
 
 
-def _exec_program(job: dict, workdir: str, stdin_fd: int, out_w: int, err_w: int, state: dict) -> None:
-    """In the forked child: drop everything, then exec the interpreter on the program. Never returns."""
+def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state: dict) -> None:
+    """In the forked child: drop everything, then exec the interpreter on the program. Never returns. `fds`: stdin,
+    stdout, stderr, and the close-on-exec pipe on which a failure to start is reported (a program cannot write to
+    it, so it cannot pass its own failure off as the sandbox's: that would score None instead of 0)."""
+    stdin_fd, out_w, err_w, failed_w = fds
     try:
         os.setsid()
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        os.closerange(3, 1 << 16)
+        os.closerange(3, failed_w)
+        os.closerange(failed_w + 1, 1 << 16)
         os.chdir(workdir)
+        # Its own IPC namespace: SysV shared memory, semaphores and POSIX message queues it creates die with its
+        # last process instead of outliving the test outside any memory limit.
+        ipc = _libc.unshare(CLONE_NEWIPC)
+        if state["mode"] == "namespaces":
+            _check(ipc, "unshare(CLONE_NEWIPC)")
         if state["mode"] == "namespaces" or os.geteuid() == 0:
             if state["mode"] != "namespaces" or state["root"]:
                 os.setgroups([])
@@ -205,9 +157,9 @@ def _exec_program(job: dict, workdir: str, stdin_fd: int, out_w: int, err_w: int
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         python = job["python"]
         os.execve(python, [python, *job["python_args"], "main.py"], env)
-    except BaseException as exc:  # noqa: BLE001 - report through stderr, exit with a code the parent recognises
+    except BaseException as exc:  # noqa: BLE001 - reported on the close-on-exec pipe
         try:
-            os.write(2, f"sandbox: cannot start the program: {exc!r}".encode())
+            os.write(failed_w, f"sandbox: cannot start the program: {exc!r}".encode()[:4096])
         finally:
             os._exit(126)
 
@@ -226,8 +178,9 @@ def _kill_all(state: dict, pgid: int) -> None:
             pass
 
 
-def _reap(pid: int, block_s: float) -> int | None:
-    """The wait status of `pid` (within `block_s`), reaping every other exited child on the way."""
+def _reap(pid: int, block_s: float, state: dict) -> int | None:
+    """The wait status of `pid`, after reaping every other child too (killed again while any is left, until
+    `block_s`): R's children are the program and the orphans of its namespace, and none may outlive the test."""
     status = None
     deadline = time.monotonic() + block_s
     while True:
@@ -238,8 +191,9 @@ def _reap(pid: int, block_s: float) -> int | None:
         if done == pid:
             status = code
         if done == 0:
-            if status is not None or time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 return status
+            _kill_all(state, pid)
             time.sleep(0.002)
 
 
@@ -259,27 +213,26 @@ def run_job(job: dict, state: dict) -> dict:
         os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        failed_r, failed_w = os.pipe2(os.O_CLOEXEC)
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _exec_program(job, workdir, stdin_fd, out_w, err_w, state)
-        for fd in (stdin_fd, out_w, err_w):
+            _exec_program(job, workdir, (stdin_fd, out_w, err_w, failed_w), state)
+        for fd in (stdin_fd, out_w, err_w, failed_w):
             os.close(fd)
-        return _supervise(pid, out_r, err_r, limits, start, state)
+        try:
+            result = _supervise(pid, out_r, err_r, limits, start, state)
+            failure = os.read(failed_r, 4096)  # empty: exec succeeded (the pipe closed on exec) or nothing to say
+        finally:
+            os.close(failed_r)
+        if failure:
+            result.update(status="sandbox_error", stderr=failure)
+        return result
     finally:
-        _wipe(state["work_root"] if state["mode"] == "namespaces" else workdir)
-
-
-def _wipe(path: str) -> None:
-    """Delete `path`, or (the namespace's own /tmp, which programs can write to when unprivileged) its contents."""
-    if path != "/tmp":
-        shutil.rmtree(path, ignore_errors=True)
-        return
-    for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
+        if state["mode"] == "namespaces":
+            reset_tmp(workdir, state["tmpfs_mb"])
         else:
-            os.unlink(entry.path)
+            remove_tree(workdir)
 
 
 def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> dict:
@@ -313,7 +266,7 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
                 break
     finally:
         _kill_all(state, pid)
-        wait_status = _reap(pid, 5.0)
+        wait_status = _reap(pid, 5.0, state)
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
     wall = time.monotonic() - start
@@ -322,8 +275,6 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
             status = "sandbox_error"
         elif os.WIFSIGNALED(wait_status):
             status = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
-        elif os.WEXITSTATUS(wait_status) == 126 and stderr.startswith(b"sandbox: "):
-            status = "sandbox_error"
         elif os.WEXITSTATUS(wait_status) != 0:
             status = "crash"
     exit_code = None
@@ -338,18 +289,41 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
     }
 
 
+def _own_settings() -> tuple:
+    """What a program of the same uid could change in this process from outside: rlimits, nice value, CPUs."""
+    limits = tuple(resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_"))
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), tuple(sorted(os.sched_getaffinity(0)))
+
+
+def _error(message: str) -> dict:
+    return {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": message.encode(), "wall_s": 0.0}
+
+
 def _serve(stdin, out, state: dict) -> None:
+    """Answer jobs until the trainer closes stdin, or until the runner itself may be damaged: after an error of its
+    own, it answers `retire` and exits, so that the trainer replaces it instead of sending it more jobs."""
     _send(out, ("ready", {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}))
+    start_up = _own_settings()
     while True:
         job = _receive(stdin)
         if job is None:
             return
-        try:
-            result = run_job(job, state)
-        except Exception as exc:  # noqa: BLE001 - an error of the sandbox itself, reported per job
-            result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": repr(exc).encode()}
-            result["wall_s"] = 0.0
+        if _own_settings() != start_up:
+            result = _error(f"the runner's own limits changed: {_own_settings()} (started with {start_up})")
+            result["retire"] = True
+        else:
+            try:
+                result = run_job(job, state)
+            except Exception as exc:  # noqa: BLE001 - an error of the sandbox itself: this job's answer, then retire
+                result = _error(repr(exc))
+                result["retire"] = True
+            # An unprivileged trainer's programs have the runner's uid outside, and prlimit/setpriority/
+            # sched_setaffinity on another process need only that: the result stands, the runner is replaced.
+            if _own_settings() != start_up or result["status"] == "sandbox_error":
+                result["retire"] = True  # any failure of the sandbox itself: a fresh runner for the next job
         _send(out, (job["id"], result))
+        if result.get("retire"):
+            return
 
 
 def main() -> None:
@@ -368,7 +342,11 @@ def main() -> None:
         state["mode"] = _unshare(stdin, out, config.get("no_namespaces", False))
     except OSError as exc:
         if not config["allow_fallback"]:
-            _send(out, ("unavailable", str(exc)))
+            _send(out, ("unavailable", str(exc), "namespaces"))
+            return
+        if not root:  # the program would run as the trainer's own user: its files, its processes, its secrets
+            reason = f"{exc}; and the fallback needs a root trainer (it would run programs as your own user)"
+            _send(out, ("unavailable", reason, "namespaces"))
             return
         state["unshare_error"] = str(exc)
     if state["mode"] == "namespaces":
@@ -382,10 +360,11 @@ def main() -> None:
             os._exit(os.waitstatus_to_exitcode(wait_status) & 0xFF)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # R dies with B
         try:
-            _isolate_filesystem(config["expose"], config["tmpfs_mb"])
+            minimal_root(config["expose"], config["tmpfs_mb"])
         except OSError as exc:
-            _send(out, ("unavailable", f"filesystem isolation failed: {exc}"))
+            _send(out, ("unavailable", f"filesystem isolation failed: {exc}", "isolation"))
             return
-        state["work_root"] = "/tmp"  # the runner's own tmpfs, invisible outside its mount namespace
+        # The runner's own tmpfs, invisible outside its mount namespace, replaced after each job.
+        state["work_root"], state["tmpfs_mb"] = "/tmp", config["tmpfs_mb"]
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
     _serve(stdin, out, state)

@@ -15,8 +15,9 @@ from rewards.report import RewardReport
 logger = logging.getLogger(__name__)
 
 # Counters logged as rewards/code/<key> (per batch): test runs that timed out / crashed (non-zero exit, signal,
-# output over the limit) / failed in the sandbox itself; problems whose tests cannot be read; answers without code.
-COUNTERS = ("timeouts", "crashes", "sandbox_errors", "unusable_tests", "no_code")
+# output over the limit) / failed in the sandbox itself; problems whose tests cannot be read; answers without code;
+# outputs whose check raised (a custom checker's exception, a result the comparison cannot handle): a failed test.
+COUNTERS = ("timeouts", "crashes", "sandbox_errors", "unusable_tests", "no_code", "check_errors")
 
 
 def sandbox_limits(settings: CodeRewardArguments) -> SandboxLimits:
@@ -73,7 +74,20 @@ class CodeReward:
                 cache[key] = error
         return cache[key]
 
-    def _passed(self, test: TestCase, result: RunResult, marker: str | None) -> bool:
+    def _passed(self, test: TestCase, result: RunResult, marker: str | None, counters: dict) -> bool:
+        """Did the run pass `test`? A check that raises (the program's output is untrusted input to it) fails the
+        test, is counted in `check_errors` and warned about once per kind of error; training goes on."""
+        try:
+            return self._check(test, result, marker)
+        except Exception as exc:  # noqa: BLE001 - a checker or comparison error must not stop training
+            counters["check_errors"] += 1
+            kind = f"{type(exc).__name__} in {'the checker' if self.checker else 'the comparison'}"
+            if kind not in self._warned:
+                self._warned.add(kind)
+                logger.warning("code reward: checking an output raised %s: %r; the test counts as failed", kind, exc)
+            return False
+
+    def _check(self, test: TestCase, result: RunResult, marker: str | None) -> bool:
         if result.status != "ok":
             return False
         if test.fn_name:
@@ -133,7 +147,7 @@ class CodeReward:
                 elif result.status == "sandbox_error":
                     counters["sandbox_errors"] += 1
                     errors[i] += 1
-                if self._passed(test, result, marker):
+                if self._passed(test, result, marker, counters):
                     passed[i] += 1
                 elif first_failure[i] is None:
                     first_failure[i] = "wrong answer" if result.status == "ok" else result.status

@@ -4,16 +4,17 @@ What a program gets (docs/code-rewards.md has the full list of guarantees and no
 - its own session and process group, uid/gid 65534 with no capabilities and `no_new_privs` (never root, even when
   the trainer is root: the kernel does not apply the process limit to root);
 - a network namespace of its own runner with no interface up (no network, not even 127.0.0.1 of the host), a pid
-  namespace (it cannot see or signal any process outside it; everything it starts dies with the test), a mount
-  namespace in which the whole file system is read-only and /proc, /run, /tmp, /dev/shm, /home, /root are empty;
+  namespace (it cannot see or signal any process outside it; everything it starts dies with the test), an IPC
+  namespace of its own, and a mount namespace whose root is minimal and read-only (/usr, /lib*, /etc, the
+  interpreter, a few devices: no folder of the host where others create files or sockets, no repository);
 - a fresh working folder on a private tmpfs (deleted after the test), an empty environment (PATH, HOME, LANG only),
   stdin from the test;
 - limits: wall seconds (`timeout`), CPU seconds, address space, processes/threads, open files, file size, output.
 
 Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
 and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
-`allow_network_fallback` is set; then programs still run as uid 65534 (when the trainer is root) under the same
-rlimits, but share the host's network and pid namespace, and a warning says so once.
+`allow_network_fallback` is set and the trainer is root; then programs still run as uid 65534 under the same
+rlimits, but share the host's network, pid namespace and file system, and a warning says so once.
 """
 
 from __future__ import annotations
@@ -23,33 +24,21 @@ import itertools
 import logging
 import math
 import os
-import pickle
 import queue
-import shutil
-import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from multiprocessing.connection import wait as wait_readable
-from pathlib import Path
+
+from rewards.code._filesystem import remove_tree
+from rewards.code._runner_client import NamespacesUnavailable, SandboxUnavailable, _Runner
 
 logger = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">I")
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[2]); from rewards.code._runner import main; main()"
-# Seconds beyond a program's own timeout before its runner is considered hung and killed (set-up + clean-up).
-RUNNER_GRACE_S = 10.0
-START_TIMEOUT_S = 30.0
+__all__ = ["NamespacesUnavailable", "RunResult", "Sandbox", "SandboxLimits", "SandboxUnavailable", "get_sandbox"]
 STATUSES = ("ok", "crash", "timeout", "output_limit", "sandbox_error")
-
-
-class SandboxUnavailable(RuntimeError):
-    """The sandbox cannot isolate programs here (no namespaces and no fallback allowed, or no usable interpreter)."""
 
 
 @dataclass(frozen=True)
@@ -101,100 +90,20 @@ def default_program_python() -> tuple[str, list[str]]:
     return python, [sys.base_prefix]
 
 
-def _write_id_maps(pid: int) -> None:
-    """Root outside: map root (the runner) and 65534 (the programs) into the runner's new user namespace."""
-    for name in ("uid_map", "gid_map"):
-        with open(f"/proc/{pid}/{name}", "w") as f:
-            f.write("0 0 1\n65534 65534 1\n")
-
-
-class _Runner:
-    """One runner process (see `rewards.code._runner`), talking over its stdin/stdout."""
-
-    def __init__(self, config: dict) -> None:
-        config = {**config, "die_with_parent": threading.current_thread() is threading.main_thread()}
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", _BOOT, pickle.dumps(config).hex(), _PACKAGE_ROOT],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env={},
-            close_fds=True,
-            start_new_session=True,
-            bufsize=0,
-        )
-        self.info: dict = {}
-        try:
-            message = self._receive(START_TIMEOUT_S)
-            if message and message[0] == "map":
-                try:
-                    _write_id_maps(message[1])
-                    self._send(("mapped",))
-                except OSError as exc:
-                    self._send(("failed", str(exc)))
-                message = self._receive(START_TIMEOUT_S)
-        except BaseException:
-            self.kill()
-            raise
-        if not message or message[0] != "ready":
-            self.kill()
-            reason = message[1] if message and message[0] == "unavailable" else f"runner exited ({message!r})"
-            raise SandboxUnavailable(reason)
-        self.info = message[1]
-
-    def _send(self, message: tuple) -> None:
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        self.process.stdin.write(_HEADER.pack(len(payload)) + payload)
-
-    def _read_exact(self, size: int, timeout: float) -> bytes | None:
-        data = b""
-        fd = self.process.stdout.fileno()
-        while len(data) < size:
-            if not wait_readable([fd], timeout):
-                raise TimeoutError("sandbox runner did not answer")
-            chunk = os.read(fd, size - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return data
-
-    def _receive(self, timeout: float):
-        header = self._read_exact(_HEADER.size, timeout)
-        if header is None:
-            return None
-        payload = self._read_exact(_HEADER.unpack(header)[0], timeout)
-        return None if payload is None else pickle.loads(payload)
-
-    def run(self, job: dict) -> dict:
-        self._send(job)
-        message = self._receive(job["limits"]["timeout"] + RUNNER_GRACE_S)
-        if message is None:
-            raise RuntimeError(f"sandbox runner exited (code {self.process.poll()})")
-        job_id, result = message
-        if job_id != job["id"]:
-            raise RuntimeError("sandbox runner answered out of order")
-        return result
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.process.pid, 9)  # B and R (R also dies with B); programs die with R
-        except (ProcessLookupError, PermissionError):
-            pass
-        for stream in (self.process.stdin, self.process.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+def installation_folders(python: str) -> list[str]:
+    """The folders an interpreter needs, besides the system's: the one above its `bin/`, for the path as given (a
+    venv) and resolved (its base installation)."""
+    return sorted({os.path.dirname(os.path.dirname(p)) for p in (os.path.abspath(python), os.path.realpath(python))})
 
 
 def _close_runners(runners: list[_Runner], fallback_dir: str) -> None:
     for runner in runners:
         runner.kill()
     runners.clear()
-    shutil.rmtree(fallback_dir, ignore_errors=True)
+    try:
+        remove_tree(fallback_dir)  # not shutil.rmtree: a program's folders can nest deeper than its recursion
+    except OSError as exc:
+        logger.warning("Could not delete the code sandbox's folder %s: %s", fallback_dir, exc)
 
 
 class Sandbox:
@@ -233,7 +142,8 @@ class Sandbox:
         os.chmod(self.fallback_dir, 0o711)  # programs (uid 65534) reach their own folder in it, nothing else
         self.config = {
             "allow_fallback": allow_network_fallback,
-            "expose": [] if python else expose,
+            # The minimal root binds these (besides /usr, /lib*, /etc): the runner's own Python and the programs'.
+            "expose": [*expose, *installation_folders(self.python)],
             "tmpfs_mb": max(64, (self.limits.max_file_bytes * 4) >> 20),
             "fallback_dir": self.fallback_dir,
             # Simulate a kernel without namespaces (tests, and checking a fallback set-up before relying on it).
@@ -284,7 +194,7 @@ class Sandbox:
             try:
                 first = self._start_runner()
             except SandboxUnavailable as exc:
-                raise SandboxUnavailable(_unavailable_message(str(exc))) from exc
+                raise type(exc)(_unavailable_message(str(exc))) from exc
             # The check gets its own generous limit: a tiny code_timeout must not read as a broken interpreter.
             check = first.run(self._job("print('ok')", "", timeout=max(10.0, self.limits.timeout)))
             if check["status"] != "ok" or check["stdout"].strip() != b"ok":
@@ -323,6 +233,18 @@ class Sandbox:
                     if not self.runners:
                         return self._start_runner()
 
+    def _replace(self, runner: _Runner, reason: str) -> _Runner | None:
+        """Kill `runner` and start another in its place (None if that fails: `_take_runner` tries again)."""
+        logger.warning("Code sandbox runner replaced: %s", reason)
+        runner.kill()
+        with self._lock:
+            self.runners.remove(runner)
+            try:
+                return self._start_runner()
+            except Exception as start_error:  # noqa: BLE001
+                logger.error("Could not restart a code sandbox runner: %s", start_error)
+                return None
+
     def _run_one(self, program: str, stdin: str) -> RunResult:
         try:
             runner = self._take_runner()
@@ -331,17 +253,13 @@ class Sandbox:
         try:
             result = runner.run(self._job(program, stdin))
         except Exception as exc:  # noqa: BLE001 - a hung or dead runner: replace it, the job is a sandbox error
-            logger.warning("Code sandbox runner failed (%s); replacing it.", exc)
-            runner.kill()
-            with self._lock:
-                self.runners.remove(runner)
-                try:
-                    runner = self._start_runner()
-                except Exception as start_error:  # noqa: BLE001
-                    logger.error("Could not restart a code sandbox runner: %s", start_error)
-                    runner = None
+            runner = self._replace(runner, f"it failed ({exc})")
             result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": str(exc).encode()}
             result["wall_s"] = 0.0
+        else:
+            # A runner that retires (an error of its own, or its limits changed under it) has exited: replace it.
+            if result.pop("retire", False):
+                runner = self._replace(runner, f"it retired ({result['stderr'][-200:]!r})")
         if runner is not None:
             self._idle.put(runner)
         return RunResult(**result)
@@ -370,17 +288,21 @@ def _warn_fallback_once() -> None:
         logger.warning(
             "code sandbox: this kernel does not allow user/network namespaces, and code_allow_network_fallback is "
             "set: programs run WITHOUT network isolation (they could reach the network and this machine's "
-            "services) and share the host's pid namespace. They still run as uid 65534 (when the trainer is root) "
-            "under the same limits. See docs/code-rewards.md."
+            "services), share the host's pid namespace and see its whole file system, and can fill its "
+            "world-writable folders (/tmp, /dev/shm, /var/tmp). They run as uid 65534 (the trainer is root; an "
+            "unprivileged trainer is refused the fallback) under the same limits. See docs/code-rewards.md."
         )
 
 
 def _unavailable_message(reason: str) -> str:
+    fallback = (
+        "To run programs WITHOUT network isolation anyway, set code_allow_network_fallback: true (root trainers "
+        "only: programs must run as another user than the trainer's)."
+    )
     return (
         f"The code sandbox cannot isolate programs on this machine: {reason}. It needs user and network namespaces "
         "(`unshare --user --net true` must work; in Docker, allow the unshare syscall or run with --privileged, or "
-        "set kernel.unprivileged_userns_clone=1). To run programs WITHOUT network isolation anyway, set "
-        "code_allow_network_fallback: true."
+        f"set kernel.unprivileged_userns_clone=1). {fallback}"
     )
 
 

@@ -147,5 +147,5 @@ def call_result(stdout: str, marker: str) -> tuple[bool, Any]:
     line = stdout[position + len(marker) :].split("\n", 1)[0]
     try:
         return True, json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON; an int of > 4300 digits; nesting deeper than the parser goes
         return False, None
