@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,3 +32,22 @@ def addition_data(tmp_path_factory) -> dict:
     from drgrpo.tasks import write_addition_task
 
     return write_addition_task(tmp_path_factory.mktemp("addition"), max_operand=19, num_test=50)
+
+
+@pytest.fixture
+def unprivileged_tree() -> Path:
+    """A copy of the `rewards` package and the sandbox probe (as `tests/code_sandbox_probe.py`) that any user can read.
+
+    The unprivileged-trainer tests run Python as uid 1000, which cannot enter a clone under a private folder
+    (`mktemp -d` makes 0700 folders, and CI's clone may be under one), so they import from this copy instead.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="drgrpo-unprivileged-"))
+    try:
+        shutil.copytree(ROOT / "rewards", folder / "rewards", ignore=shutil.ignore_patterns("__pycache__"))
+        (folder / "tests").mkdir()
+        shutil.copy(ROOT / "tests" / "code_sandbox_probe.py", folder / "tests" / "code_sandbox_probe.py")
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

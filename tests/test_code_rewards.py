@@ -362,7 +362,7 @@ with Sandbox(1, SandboxLimits(timeout=2.0), allow_network_fallback=True, python=
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"), reason="needs root to be a user")
-def test_an_unprivileged_trainer_is_refused_the_fallback():
+def test_an_unprivileged_trainer_is_refused_the_fallback(unprivileged_tree):
     """Without namespaces, an unprivileged trainer's programs would run as the trainer's own user (read its secrets
     from /proc/<trainer>/environ, kill it, delete its checkpoints): refused, even with the fallback allowed."""
     import subprocess
@@ -370,7 +370,7 @@ def test_an_unprivileged_trainer_is_refused_the_fallback():
     if subprocess.run(["/usr/bin/python3", "-c", "import dataclasses"]).returncode:
         pytest.skip("no system Python that an unprivileged user can run")
     user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(ROOT)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
     command = ["timeout", "60", *user, "/usr/bin/python3", "-c", FALLBACK_AS_USER]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd="/", timeout=90)
     assert done.returncode == 0, done.stderr[-2000:]

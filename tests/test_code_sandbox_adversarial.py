@@ -127,14 +127,14 @@ def test_a_deep_tree_is_deleted_without_recursion_in_the_fallback_too():
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become a user")
-def test_the_same_holds_for_an_unprivileged_trainer():
+def test_the_same_holds_for_an_unprivileged_trainer(unprivileged_tree):
     """The other set-up path: a trainer that is not root maps itself to uid 65534 in its own user namespace."""
     python = "/usr/bin/python3"
     if not os.path.exists(python) or subprocess.run([python, "-c", "import dataclasses"]).returncode:
         pytest.skip("no system Python that an unprivileged user can run")
     user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(ROOT)}
-    result = run_probe(user + [python, str(PROBE)], env)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
+    result = run_probe(user + [python, str(unprivileged_tree / "tests" / "code_sandbox_probe.py")], env)
     assert result["mode"] == "namespaces"
     for scenario in SCENARIOS:
         assert result[scenario]["score"] == 0.0, (scenario, result[scenario])
