@@ -36,14 +36,15 @@ def addition_data(tmp_path_factory) -> dict:
 
 @pytest.fixture
 def unprivileged_tree() -> Path:
-    """A copy of the `rewards` package and the sandbox probe (as `tests/code_sandbox_probe.py`) that any user can read.
+    """A copy of the `rewards` and `drgrpo` packages and the sandbox probe (as `tests/code_sandbox_probe.py`) that any user can read.
 
     The unprivileged-trainer tests run Python as uid 1000, which cannot enter a clone under a private folder
     (`mktemp -d` makes 0700 folders, and CI's clone may be under one), so they import from this copy instead.
     """
     folder = Path(tempfile.mkdtemp(prefix="drgrpo-unprivileged-"))
     try:
-        shutil.copytree(ROOT / "rewards", folder / "rewards", ignore=shutil.ignore_patterns("__pycache__"))
+        for package in ("rewards", "drgrpo"):  # rewards imports drgrpo.errors
+            shutil.copytree(ROOT / package, folder / package, ignore=shutil.ignore_patterns("__pycache__"))
         (folder / "tests").mkdir()
         shutil.copy(ROOT / "tests" / "code_sandbox_probe.py", folder / "tests" / "code_sandbox_probe.py")
         for path in [folder, *folder.rglob("*")]:
