@@ -36,7 +36,8 @@ def addition_data(tmp_path_factory) -> dict:
 
 @pytest.fixture
 def unprivileged_tree() -> Path:
-    """A copy of the `rewards` and `drgrpo` packages and the sandbox probe (as `tests/code_sandbox_probe.py`) that any user can read.
+    """A copy of the `rewards` and `drgrpo` packages and the sandbox probe (as `tests/code_sandbox_probe.py`) that
+    any user can read.
 
     The unprivileged-trainer tests run Python as uid 1000, which cannot enter a clone under a private folder
     (`mktemp -d` makes 0700 folders, and CI's clone may be under one), so they import from this copy instead.
