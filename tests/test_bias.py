@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from conftest import PYTHON, ROOT
 
-from drgrpo.bias.mechanism import expected_tail_length, mean_and_standard_error
+from drgrpo.bias.mechanism import TailProbe, expected_tail_length, mean_and_standard_error
 from drgrpo.bias.report import (
     MECHANISM_KEYS,
     RUN_KEYS,
@@ -144,3 +144,8 @@ def test_make_bias_short_run_writes_its_files(tmp_path):
     assert all(set(v) == set(MECHANISM_KEYS) for v in summary["mechanism"].values())
     assert [(r["seed"], r["algorithm"]) for r in summary["runs"]] == [(0, "grpo"), (0, "dr_grpo")]
     assert all(set(r) == set(RUN_KEYS) and 0 <= r["accuracy_after_rl"] <= 1 for r in summary["runs"])
+
+
+def test_tail_probe_of_a_batch_without_readable_answers_is_empty():
+    # A barely trained model (the short run's) may write no `c{guess} x+y=s, n;` at all in a batch: nothing to measure.
+    assert TailProbe(model=None, tokenizer=None, max_completion_length=40).expected_lengths([], [], []) == []

@@ -78,6 +78,8 @@ class TailProbe:
     @torch.no_grad()
     def expected_lengths(self, prefixes: Sequence[str], fillers: Sequence[str], answer_tokens: Sequence[int]):
         """One forward pass over `prefix + filler * K` (K the tail budget left after the answer and the EOS)."""
+        if not prefixes:  # a batch without one readable answer (e.g. a barely trained model) has no tail to measure
+            return []
         budgets = [self.max_completion_length - n - 1 for n in answer_tokens]
         texts = [p + f * b for p, f, b in zip(prefixes, fillers, budgets, strict=True)]
         encoded = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
