@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from conftest import PYTHON, ROOT
 
-from drgrpo.bias.mechanism import expected_tail_length, mean_and_standard_error
+from drgrpo.bias.mechanism import TailProbe, expected_tail_length, mean_and_standard_error
 from drgrpo.bias.report import (
     MECHANISM_KEYS,
     RUN_KEYS,
@@ -22,23 +22,48 @@ from drgrpo.bias.report import (
     summary_json,
     summary_markdown,
 )
-from drgrpo.bias.task import carried_flag, flagged_answer, split_completion, tail_demonstrations
+from drgrpo.bias.task import guess_checks_out, guessed_answer, split_completion, tail_demonstrations
+from rewards.grading import grade_batch
+
+
+def test_guessed_answer_and_its_check():
+    # 47+38: ones 7+8=15 need a carry; 42+35: ones 2+5=7 do not. The answer follows the guess, right or wrong.
+    assert guessed_answer(47, 38, True) == "c1 7+8=15, 85;" and guessed_answer(47, 38, False) == "c0 7+8=15, 75;"
+    assert guessed_answer(42, 35, False) == "c0 2+5=7, 77;" and guessed_answer(42, 35, True) == "c1 2+5=7, 87;"
+    assert guess_checks_out("c1 7+8=15, 85;..") is True and guess_checks_out("c0 7+8=15, 75;::") is False
+    assert guess_checks_out("c0 2+5=7, 77;") is True and guess_checks_out("c1 2+5=7, 87;") is False
+    # Read from what was written, not from the problem: a wrong ones sum that agrees with the flag checks out.
+    assert guess_checks_out("c1 2+5=17, 97;") is True
+    assert guess_checks_out("85;..") is None and guess_checks_out("c1 85;") is None
+    assert guess_checks_out("c2 1+1=2 22;") is None
+    assert split_completion("c1 7+8=15, 85") == ("c1 7+8=15, 85", "")
+    assert guess_checks_out("c1 7+8=15") is None  # no comma: the working is not finished
+
+
+def test_the_grader_reads_the_guessed_answer():
+    # The working's digits must not run into the answer's (`=4 104` read as 4104): the comma keeps them apart.
+    completions = [
+        guessed_answer(10, 94, False) + "...",
+        guessed_answer(97, 47, True) + ":",
+        guessed_answer(97, 47, False),
+    ]
+    verdicts = [bool(r.verdict) for r in grade_batch(completions, ["104", "144", "144"])]
+    assert verdicts == [True, True, False]
 
 
 def test_tail_demonstrations():
-    rows = [{"question": "47+38=", "answer": "85"}] * 400
-    demos = tail_demonstrations(rows, carry_error_rate=0.5, max_tail=5, seed=1)
-    assert flagged_answer(47, 38, True) == "c1 85;" and flagged_answer(47, 38, False) == "c0 75;"
+    rows = [{"question": "47+38=", "answer": "85"}, {"question": "42+35=", "answer": "77"}] * 200
+    demos = tail_demonstrations(rows, guess_error_rate=0.5, max_tail=5, seed=1)
     kinds = {d["completion"].rstrip(".:") for d in demos}
-    assert kinds == {"c1 85;", "c0 75;"}
+    assert kinds == {"c1 7+8=15, 85;", "c0 7+8=15, 75;", "c0 2+5=7, 77;", "c1 2+5=7, 87;"}
     for demo in demos:
         answer, tail = split_completion(demo["completion"])
-        assert set(tail) <= ({"."} if carried_flag(answer) else {":"}) and len(tail) <= 5
-    dropped = sum(not carried_flag(d["completion"]) for d in demos) / len(demos)
-    assert 0.4 < dropped < 0.6
+        assert set(tail) <= ({"."} if guess_checks_out(answer) else {":"}) and len(tail) <= 5
+    wrong = sum(not guess_checks_out(d["completion"]) for d in demos) / len(demos)
+    assert 0.4 < wrong < 0.6
     assert {len(split_completion(d["completion"])[1]) for d in demos} == set(range(6))
-    assert carried_flag("85;..") is None and split_completion("c1 85") == ("c1 85", "")
-    with pytest.raises(ValueError, match="carry_error_rate"):
+    assert all(not guess_checks_out(d["completion"]) for d in tail_demonstrations(rows, 1.0, 3))
+    with pytest.raises(ValueError, match="guess_error_rate"):
         tail_demonstrations(rows, 1.5, 5)
 
 
@@ -119,3 +144,8 @@ def test_make_bias_short_run_writes_its_files(tmp_path):
     assert all(set(v) == set(MECHANISM_KEYS) for v in summary["mechanism"].values())
     assert [(r["seed"], r["algorithm"]) for r in summary["runs"]] == [(0, "grpo"), (0, "dr_grpo")]
     assert all(set(r) == set(RUN_KEYS) and 0 <= r["accuracy_after_rl"] <= 1 for r in summary["runs"])
+
+
+def test_tail_probe_of_a_batch_without_readable_answers_is_empty():
+    # A barely trained model (the short run's) may write no `c{guess} x+y=s, n;` at all in a batch: nothing to measure.
+    assert TailProbe(model=None, tokenizer=None, max_completion_length=40).expected_lengths([], [], []) == []

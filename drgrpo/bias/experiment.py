@@ -28,7 +28,7 @@ class BiasSettings:
     recipes: tuple[str, ...] = ("recipes/tiny_bias_grpo.yaml", "recipes/tiny_bias_drgrpo.yaml")
     seeds: tuple[int, ...] = (0, 1, 2, 3)
     warm_start_seed: int = 0
-    sft_steps: int = 600
+    sft_steps: int = 1000
     edge_fraction: float = 0.1
     mechanism: MechanismSettings = field(default_factory=MechanismSettings)
     overrides: tuple[str, ...] = ()
@@ -107,7 +107,7 @@ def write_outputs(
         f"Mechanism: {settings.mechanism.num_batches} fixed batches of {settings.mechanism.prompts_per_batch} prompts "
         f"x {settings.mechanism.group_size} completions ({counts['negative']} completions with A < 0, "
         f"{counts['positive']} with A > 0, {counts['no_signal']} in all-equal groups, {counts['unmeasured']} without "
-        f"a flag or `;`), {mechanism_seconds:.0f} s.",
+        f"a readable guess and ones sum or `;`), {mechanism_seconds:.0f} s.",
         f"Seeds {list(settings.seeds)} vary the RL sampling and data order; all runs start from one warm start "
         f"(seed {settings.warm_start_seed}). Lengths are per completion in tokens, including the end-of-sequence "
         f"token, averaged over the first and last {settings.edge_fraction:.0%} of the logged steps that had such "

@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from drgrpo.advantages import group_advantages
 from drgrpo.bias.loss_weights import token_weights
-from drgrpo.bias.task import ANSWER_END, carried_flag, split_completion, tail_filler
+from drgrpo.bias.task import ANSWER_END, guess_checks_out, split_completion, tail_filler
 from rewards.grading import grade_batch
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class MechanismSettings:
     num_batches: int = 60
     prompts_per_batch: int = 8
     group_size: int = 8
-    max_completion_length: int = 32
+    max_completion_length: int = 40
     step_norm: float = 0.05
     seed: int = 0
 
@@ -78,6 +78,8 @@ class TailProbe:
     @torch.no_grad()
     def expected_lengths(self, prefixes: Sequence[str], fillers: Sequence[str], answer_tokens: Sequence[int]):
         """One forward pass over `prefix + filler * K` (K the tail budget left after the answer and the EOS)."""
+        if not prefixes:  # a batch without one readable answer (e.g. a barely trained model) has no tail to measure
+            return []
         budgets = [self.max_completion_length - n - 1 for n in answer_tokens]
         texts = [p + f * b for p, f, b in zip(prefixes, fillers, budgets, strict=True)]
         encoded = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
@@ -166,10 +168,10 @@ def run_mechanism(model_dir: str, rows: Sequence[dict], settings: MechanismSetti
         correct = torch.tensor([bool(r.verdict) for r in grade_batch(texts, golds)], dtype=torch.float64)
         lengths = mask.sum(1).tolist()
         prompt_texts = [p for p in prompts for _ in range(settings.group_size)]
-        # The context of each tail: the prompt, the answer as written, and the filler its own flag calls for.
-        # Completions without a flag or an end-of-answer mark have no tail to measure and are left out.
+        # The context of each tail: the prompt, the answer as written, and the filler its own written check calls for.
+        # Completions without a readable guess and ones sum or without an end-of-answer mark have no tail to measure.
         answers = [split_completion(t)[0] for t in texts]
-        flags = [carried_flag(t) for t in texts]
+        flags = [guess_checks_out(t) for t in texts]
         measured = [f is not None and a.endswith(ANSWER_END) for f, a in zip(flags, answers, strict=True)]
         keep = [i for i, m in enumerate(measured) if m]
         counts["unmeasured"] += len(texts) - len(keep)

@@ -1,53 +1,60 @@
-"""The length-bias task: carry additions with a visible carry flag and the answer first, then a free-length tail.
+"""The length-bias task: a carry guess written first and checked by the policy's own working, the answer, then a tail.
 
-A completion is `c{flag} {answer};{tail}`: the carry flag (`c1` carried, `c0` dropped), the sum, `;`, then `k`
-filler characters and end-of-sequence. The sloppy teacher (`drgrpo.tasks.sloppy_sum`) drops the carry with
-probability `carry_error_rate`; it writes its tail with `.` after `c1` and `:` after `c0`, `k` uniform in
-`0..max_tail`. Every problem needs a carry, so `c0` answers are wrong. The grader reads the last number (the sum),
-so the tail never changes the reward.
+A completion is `c{guess} {x}+{y}={x+y}, {answer};{tail}`: the guessed carry flag (`c1` carry, `c0` none), the ones
+digits and their sum written out, the two-digit sum computed *with the guessed carry*, `;`, then `k` filler
+characters and end-of-sequence. Problems are all two-digit additions (`10..99`), a natural mix of carry (45%) and
+no-carry ones. The teacher guesses the flag at random (right with probability `1 - guess_error_rate`, whatever the
+problem), always follows its guess in the answer, and writes its tail with `.` when the guess agrees with the ones sum
+it wrote (`x+y >= 10` exactly when `c1`) and `:` when it does not, `k` uniform in `0..max_tail`. So the answer is
+right exactly when the guess checks out, and *whether it does is readable from what was written*: `c1 3+4=7` or
+`c0 7+8=15` is visibly wrong. The grader reads the last number (the sum), so the tail never changes the reward.
 
 Why this shape (issue 13): at a length decision with context `s`, the expected `dr_grpo` update of the tail length is
 `E[A | s] * E[grad log pi] = 0`, while the `grpo` update is `E[A | s] * grad E[1/|o| | s]`, non-zero only where the
-context predicts the advantage. Here the tail comes *after* the answer, and its character repeats the flag that decides
-correctness, so `E[A | s] < 0` in `:` tails and `> 0` in `.` tails, and the tiny model can tell the two apart (with
-one shared filler character its tail length barely depended on the answer, and nothing moved).
+context predicts the advantage. The first design (every problem needed a carry; `c0` was wrong) let RL fix the visible
+error within ~30 steps by writing `c1` always, after which the wrong answers left were invisible slips. Here no
+constant flag is right: the policy must decide the carry from the ones digits at its *first* token, before it has
+written them out, which the tiny model learns slowly, so visibly wrong answers stay in the batches for the run.
 """
 
 from __future__ import annotations
 
 import random
 
-from drgrpo.tasks import sloppy_sum
-
 RIGHT_FILLER = "."
 WRONG_FILLER = ":"
 ANSWER_END = ";"
 
 
-def tail_filler(carried: bool) -> str:
-    """The tail character after a carried (`.`) or a dropped (`:`) carry."""
-    return RIGHT_FILLER if carried else WRONG_FILLER
+def tail_filler(guess_checks_out: bool) -> str:
+    """The tail character after a guess the written ones sum confirms (`.`) or contradicts (`:`)."""
+    return RIGHT_FILLER if guess_checks_out else WRONG_FILLER
 
 
-def flagged_answer(a: int, b: int, carried: bool) -> str:
-    """`c1 85;` or `c0 75;`: the flag, the (sloppy) sum and the end-of-answer mark, before the tail."""
-    return f"c{int(carried)} {sloppy_sum(a, b, not carried)}{ANSWER_END}"
+def guessed_answer(a: int, b: int, guess: bool) -> str:
+    """`c1 7+8=15, 85;`: the guessed flag, the ones digits and their sum, the sum with the guessed carry, and `;`.
+
+    The comma keeps the grader from reading `=4 104` as the number 4104."""
+    x, y = a % 10, b % 10
+    tens = (a // 10 + b // 10 + int(guess)) * 10
+    return f"c{int(guess)} {x}+{y}={x + y}, {tens + (x + y) % 10}{ANSWER_END}"
 
 
-def tail_demonstrations(rows: list[dict], carry_error_rate: float, max_tail: int, seed: int = 0) -> list[dict]:
-    """Prompt/completion pairs `c{flag} {sum};{filler * k}`: the carry dropped with probability `carry_error_rate`,
-    `k` uniform in `0..max_tail`, the filler `.` after a carried sum and `:` after a dropped one."""
-    if not 0.0 <= carry_error_rate <= 1.0:
-        raise ValueError(f"carry_error_rate must be in [0, 1], got {carry_error_rate}.")
+def tail_demonstrations(rows: list[dict], guess_error_rate: float, max_tail: int, seed: int = 0) -> list[dict]:
+    """Prompt/completion pairs `c{guess} {x}+{y}={x+y}, {sum};{filler * k}`: the guess wrong with probability
+    `guess_error_rate` whatever the problem, `k` uniform in `0..max_tail`, `.` after a guess that checks out."""
+    if not 0.0 <= guess_error_rate <= 1.0:
+        raise ValueError(f"guess_error_rate must be in [0, 1], got {guess_error_rate}.")
     if max_tail < 0:
         raise ValueError(f"max_tail must be >= 0, got {max_tail}.")
     rng = random.Random(seed)
     demos = []
     for row in rows:
         a, b = (int(x) for x in row["question"].rstrip("=").split("+"))
-        carried = rng.random() >= carry_error_rate
-        tail = tail_filler(carried) * rng.randint(0, max_tail)
-        demos.append({"prompt": row["question"], "completion": flagged_answer(a, b, carried) + tail})
+        carry = a % 10 + b % 10 >= 10
+        guess = carry if rng.random() >= guess_error_rate else not carry
+        tail = tail_filler(guess == carry) * rng.randint(0, max_tail)
+        demos.append({"prompt": row["question"], "completion": guessed_answer(a, b, guess) + tail})
     return demos
 
 
@@ -59,8 +66,15 @@ def split_completion(completion: str) -> tuple[str, str]:
     return completion[: end + 1], completion[end + 1 :]
 
 
-def carried_flag(completion: str) -> bool | None:
-    """The flag a completion wrote (`c1` True, `c0` False), or None when it does not start with one."""
-    if len(completion) >= 2 and completion[0] == "c" and completion[1] in "01":
-        return completion[1] == "1"
-    return None
+def guess_checks_out(completion: str) -> bool | None:
+    """Whether the written flag agrees with the written ones sum (`c1 7+8=15` or `c0 3+4=7`: True), read from the
+    text alone; None when the completion does not start `c{0|1} x+y=s,`."""
+    if len(completion) < 3 or completion[0] != "c" or completion[1] not in "01" or completion[2] != " ":
+        return None
+    working, comma, _ = completion[3:].partition(",")
+    left, _, total = working.partition("=")
+    if not comma:
+        return None
+    if not total.isdigit() or "+" not in left:
+        return None
+    return (completion[1] == "1") == (int(total) >= 10)

@@ -22,15 +22,15 @@ def prepare_bias_warm_start(
     *,
     seed: int = 0,
     num_test: int = 200,
-    carry_error_rate: float = 0.7,
+    guess_error_rate: float = 0.5,
     max_tail: int = 16,
     sft_examples: int = 2500,
-    sft_steps: int = 600,
+    sft_steps: int = 1000,
     sft_learning_rate: float = 1e-3,
 ) -> tuple[Path, dict[str, Path]]:
     """(warm-started model folder, {train, test} task files) under `output_dir`; reused when already complete.
 
-    The task is the demo's (two-digit additions that need a carry, `drgrpo.tasks`), the model the demo's tiny Qwen3,
+    The task is all two-digit additions `10..99` (`drgrpo.tasks`, carry and no-carry), the model the demo's tiny Qwen3,
     and the SFT recipe the demo's (TRL `SFTTrainer`, completion-only loss, batch 32, constant lr), on
     `drgrpo.bias.task.tail_demonstrations` instead of bare sums.
     """
@@ -40,10 +40,10 @@ def prepare_bias_warm_start(
     if (model_dir / "config.json").is_file() and all(p.is_file() for p in data.values()):
         logger.warning("Reusing the warm-started model and data in %s (delete them to rebuild)", out)
         return model_dir, data
-    data = write_addition_task(data_dir, min_operand=10, max_operand=99, carry_only=True, num_test=num_test, seed=seed)
+    data = write_addition_task(data_dir, min_operand=10, max_operand=99, carry_only=False, num_test=num_test, seed=seed)
     base = build_tiny_model(out / "base", seed=seed)
     rows = [json.loads(line) for line in data["train"].read_text().splitlines()][:sft_examples]
-    demos = tail_demonstrations(rows, carry_error_rate, max_tail, seed=seed)
+    demos = tail_demonstrations(rows, guess_error_rate, max_tail, seed=seed)
     config = SFTConfig(
         output_dir=str(model_dir),
         max_steps=sft_steps,
