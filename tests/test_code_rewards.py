@@ -127,13 +127,18 @@ def test_the_call_harness_marks_its_result_and_keeps_the_expected_value_out():
 # -- the rewards --------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def code_reward():
+def code_reward_or_skip(settings: RewardArguments):
+    """The built-in `code` reward for `settings`; the test is skipped only where the kernel refuses namespaces."""
     try:
-        (reward,) = get_reward_funcs(["code"], RewardArguments(code_timeout=2.0, code_num_workers=2))
+        (reward,) = get_reward_funcs(["code"], settings)
     except NamespacesUnavailable as exc:
         pytest.skip(f"no namespaces on this kernel: {exc}")
     return reward
+
+
+@pytest.fixture(scope="module")
+def code_reward():
+    return code_reward_or_skip(RewardArguments(code_timeout=2.0, code_num_workers=2))
 
 
 def test_builtins_and_settings_have_help():
@@ -180,10 +185,7 @@ def test_the_checker_hook_accepts_any_right_answer(tmp_path):
         "def any_order(input, expected, output):\n    return sorted(output.split()) == sorted(expected.split())\n"
     )
     settings = RewardArguments(code_checker=f"{checker}:any_order", code_num_workers=1, code_scoring="all")
-    try:
-        (reward,) = get_reward_funcs(["code"], settings)
-    except NamespacesUnavailable as exc:
-        pytest.skip(f"no namespaces on this kernel: {exc}")
+    reward = code_reward_or_skip(settings)
     tests = {"inputs": ["", ""], "outputs": ["1 2 3", "1 2 3"]}
     assert reward(
         completions=["```python\nprint(3, 1, 2)\n```", "```python\nprint(1, 2)\n```"], verification_info=[tests, tests]
@@ -255,10 +257,7 @@ def test_the_docs_show_the_code_example_verbatim(page):
 
 
 def test_all_or_nothing_stops_at_a_failed_first_test():
-    try:
-        (reward,) = get_reward_funcs(["code"], RewardArguments(code_num_workers=2, code_scoring="all"))
-    except NamespacesUnavailable as exc:
-        pytest.skip(f"no namespaces on this kernel: {exc}")
+    reward = code_reward_or_skip(RewardArguments(code_num_workers=2, code_scoring="all"))
     tests = [{"input": f"{n}\n", "output": f"{2 * n}\n"} for n in (1, 2, 3, 4)]
     logged = {}
     scores = reward(
