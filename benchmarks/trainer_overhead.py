@@ -23,7 +23,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 import drgrpo.trainer
 from drgrpo.config import DrGRPOConfig
-from drgrpo.diagnostics import DiagnosticsCallback
+from drgrpo.diagnostic_warnings import DiagnosticsCallback
 from drgrpo.tasks import write_addition_task
 from drgrpo.tiny import build_tiny_model
 from drgrpo.trainer import DrGRPOTrainer

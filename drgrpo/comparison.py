@@ -27,7 +27,7 @@ class CompareSettings:
     """What `make compare` trains and where it writes. Both runs get the same model, data, seed and overrides."""
 
     output_dir: str = "outputs/compare"
-    demo_dir: str = "outputs/demo"
+    demo_dir: str = "outputs/demo-tiny"
     recipes: tuple[str, ...] = ("recipes/tiny_grpo.yaml", "recipes/tiny_drgrpo.yaml")
     seed: int = 42
     final_window: int = 10

@@ -15,6 +15,7 @@ from trl import GRPOTrainer
 from drgrpo import diagnostics, metric_names
 from drgrpo.advantages import combine_rewards, group_advantages, truncated_completions, zero_truncated_rewards
 from drgrpo.config import DrGRPOConfig
+from drgrpo.diagnostic_warnings import DiagnosticsCallback
 from drgrpo.dynamic_sampling import DynamicSampler
 from drgrpo.eos import apply_extra_eos_tokens
 from drgrpo.family import family_card
@@ -79,7 +80,7 @@ class DrGRPOTrainer(GRPOTrainer):
         apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
         self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
         if self.args.diagnostics_warnings:
-            self.add_callback(diagnostics.DiagnosticsCallback(self.args))
+            self.add_callback(DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
             logger.warning(self.args.algorithm_summary)
             logger.warning(family_card(self.args))

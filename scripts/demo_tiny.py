@@ -1,6 +1,7 @@
-"""CPU demo: build a tiny model, warm-start it, train it with Dr.GRPO, print held-out accuracy before -> after.
+"""The tiny CPU demo (`make demo-tiny`): build a tiny model, warm-start it, train it with Dr.GRPO, print held-out
+accuracy before -> after.
 
-python scripts/demo.py [--output_dir outputs/demo] [--seed 0] [-- --max_steps 200 ...recipe overrides]
+python scripts/demo_tiny.py [--output_dir outputs/demo-tiny] [--seed 0] [-- --max_steps 200 ...recipe overrides]
 """
 
 import argparse
