@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install smollm2 demo demo-tiny train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tiny compare-tiny train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -91,9 +91,14 @@ PLOT ?= outputs/plots/curves.png
 plot: install
 	$(PY) scripts/plot.py $(RUNS) --output $(PLOT)
 
-# GRPO vs Dr.GRPO on the tiny CPU task (same seed, model, data); writes outputs/compare/ (plot + summary.md).
-compare: install
-	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py $(if $(ARGS),-- $(ARGS))
+# GRPO vs Dr.GRPO on SmolLM2-135M-Instruct (same start, seed and data: recipes/smollm2_135m_{grpo,drgrpo}.yaml);
+# writes outputs/compare/ (curves.png, summary.md, summary.json). Threads follow the free cores (drgrpo/core/threads.py).
+compare: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task smollm2 $(if $(ARGS),-- $(ARGS))
+
+# The same on the tiny demo's task (one torch thread: the tiny model gains nothing from two); outputs/compare-tiny/.
+compare-tiny: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task tiny $(if $(ARGS),-- $(ARGS))
 
 # Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
 # SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed. Code rewards read

@@ -126,7 +126,7 @@ def test_make_train_after_the_demo_leaves_the_demo_model_byte_identical(tmp_path
     (workspace / "scripts").symlink_to(ROOT / "scripts")
     monkeypatch.chdir(workspace)
     small = ("--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4")
-    # The demo's own code path (SFT warm-start, then RL with recipes/tiny_drgrpo.yaml into outputs/demo-tiny/model), shrunk.
+    # The tiny demo's code path (SFT warm-start, RL with recipes/tiny_drgrpo.yaml into outputs/demo-tiny/model), shrunk.
     run_demo(DemoSettings(sft_steps=2, sft_examples=32, num_test=8, rl_overrides=small))
     demo_model = workspace / "outputs/demo-tiny/model"
     before = tree_digest(demo_model)

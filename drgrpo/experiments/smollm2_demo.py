@@ -27,8 +27,7 @@ from drgrpo.experiments.arithmetic_task import write_chat_addition_task
 logger = logging.getLogger(__name__)
 
 MODEL = "smollm2-135m-instruct"
-# `\boxed{38}` or a completion that is just the number: the strict count of `strict_accuracy`.
-_BOXED = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
+_INTEGER = re.compile(r"-?\d+")
 
 
 @dataclass
@@ -43,20 +42,20 @@ class SmolDemoSettings:
     rl_overrides: tuple[str, ...] = ()
 
 
-def strict_correct(completion: str, gold: str) -> bool:
-    """A stricter check than the grader, for cross-checking it: the completion's last `\\boxed{N}` (or, without a box,
-    the whole completion stripped of spaces and a final period) is exactly the gold integer. Restating the question
-    (`17 + 21`) never passes it."""
-    boxes = _BOXED.findall(completion)
-    if boxes:
-        return boxes[-1] == gold.strip()
-    return completion.strip().rstrip(".").strip() == gold.strip()
+def strict_correct(extracted: str | None, gold: str) -> bool:
+    """A stricter check than the grader, to cross-check it: the answer the grader extracted is a bare integer equal to
+    the gold. An unevaluated expression of the question's own numbers (`66 + 62` for 128), which math-verify
+    evaluates and credits, never passes it."""
+    if extracted is None:
+        return False
+    text = str(extracted).strip().strip("$").strip().removesuffix(".").replace(",", "")
+    return _INTEGER.fullmatch(text) is not None and int(text) == int(gold)
 
 
 def strict_accuracy(samples_file: Path) -> float:
     """Share of the evaluation's samples that pass `strict_correct`."""
     rows = [json.loads(line) for line in Path(samples_file).read_text().splitlines() if line.strip()]
-    return sum(strict_correct(r["completion"], str(r["gold"])) for r in rows) / max(1, len(rows))
+    return sum(strict_correct(r.get("extracted"), str(r["gold"])) for r in rows) / max(1, len(rows))
 
 
 def held_out(model: str, test_file: Path, output_dir: Path, max_new_tokens: int, batch_size: int) -> dict:
