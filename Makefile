@@ -14,7 +14,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install smollm2 demo demo-tiny compare-tiny train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tiny compare-tiny eval-demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -128,6 +128,23 @@ eval: install
 			--max_new_tokens $(MAX_NEW_TOKENS) $(if $(TEMPLATE),--prompt_template $(TEMPLATE)) \
 			$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(ARGS) || exit 1; \
 	done
+
+# The demo's model before and after training, like a real model: the demo's 200 held-out additions and the shipped
+# GSM8K subset (data/gsm8k_test100.jsonl), N=4 samples at the training temperature (pass@1 = mean over samples,
+# pass@4), then one table. Run `make demo` first (it writes outputs/demo/model and outputs/demo/data/test.jsonl).
+DEMO_EVAL_N ?= 4
+DEMO_EVAL_TEMPERATURE ?= 0.7
+eval-demo: smollm2
+	for model in smollm2-135m-instruct outputs/demo/model; do \
+		for bench in outputs/demo/data/test.jsonl:64 data/gsm8k_test100.jsonl:256; do \
+			HF_HUB_OFFLINE=1 $(PY) scripts/evaluate.py --model_name_or_path $$model --data $${bench%%:*} \
+				--recipe recipes/smollm2_135m_drgrpo.yaml --n $(DEMO_EVAL_N) --temperature $(DEMO_EVAL_TEMPERATURE) \
+				--max_new_tokens $${bench##*:} --output_dir outputs/eval-demo/$$(basename $$model)/$$(basename $${bench%%:*} .jsonl) \
+				|| exit 1; \
+		done; \
+	done
+	$(PY) scripts/compare_evals.py outputs/eval-demo --metric pass@1
+	$(PY) scripts/compare_evals.py outputs/eval-demo --metric pass@$(DEMO_EVAL_N)
 
 # Evaluations side by side, models x benchmarks: `make eval-compare [EVALS="outputs/eval/a outputs/eval/b"]`
 # (ARGS="--metric maj@8 --paper" for another metric and the paper's Oat-Zero rows).

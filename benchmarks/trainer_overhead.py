@@ -123,7 +123,7 @@ def run_once(
 SMOLLM2_RECIPE = "recipes/smollm2_135m_drgrpo.yaml"
 
 
-def smollm2_trainer(kind: str, output_dir: Path, steps: int, timer: StepTimer):
+def smollm2_trainer(kind: str, output_dir: Path, steps: int, timer: StepTimer, extra: dict | None = None):
     """One trainer on the SmolLM2 recipe (both kinds: the same model, data, seed and resolved algorithm)."""
     from transformers import AutoTokenizer
 
@@ -136,6 +136,7 @@ def smollm2_trainer(kind: str, output_dir: Path, steps: int, timer: StepTimer):
     data = write_chat_addition_task(output_dir / "data", seed=0)
     overrides = {"dataset_path": str(data["train"]), "output_dir": str(output_dir / "run"), "max_steps": steps,
                  "zero_reward_for_truncated": False, "logging_steps": 1, "disable_tqdm": True}  # fmt: skip
+    overrides.update(extra or {})
     argv = [SMOLLM2_RECIPE, *(x for key, value in overrides.items() for x in (f"--{key}", str(value)))]
     script_args, dr_config, model_args = parse_recipe(argv)
     model = resolve_model(model_args.model_name_or_path)

@@ -84,6 +84,13 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (user + system): with the wall time and the load, it says
+    how much of a run's duration was its own work on a shared machine."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _percent(value: float) -> float:
     return round(100 * value, 1)
 
@@ -136,6 +143,7 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "train_steps": trainer.state.global_step,
         "train_seconds": round(train_seconds, 1),
         "seconds": round(time.perf_counter() - start, 1),
+        "cpu_seconds": round(cpu_seconds(), 1),
         "peak_rss_gb": round(peak_rss_gb(), 2),
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
