@@ -32,12 +32,12 @@ from datasets import Dataset
 from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-import drgrpo.trainer
-from drgrpo.config import DrGRPOConfig
-from drgrpo.diagnostic_warnings import DiagnosticsCallback
-from drgrpo.tasks import write_addition_task
-from drgrpo.tiny import build_tiny_model
-from drgrpo.trainer import DrGRPOTrainer
+import drgrpo.algorithm.trainer
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.trainer import DrGRPOTrainer
+from drgrpo.experiments.tasks import write_addition_task
+from drgrpo.experiments.tiny import build_tiny_model
+from drgrpo.observe.failure_warnings import DiagnosticsCallback
 from rewards import get_reward_funcs
 
 
@@ -108,15 +108,15 @@ def run_once(
     if isinstance(trainer, DrGRPOTrainer):
         instrument(trainer, own)
         # The advantage override calls these two through the trainer module's namespace.
-        originals = {name: getattr(drgrpo.trainer, name) for name in ("combine_rewards", "group_advantages")}
+        originals = {name: getattr(drgrpo.algorithm.trainer, name) for name in ("combine_rewards", "group_advantages")}
         for name, function in originals.items():
-            setattr(drgrpo.trainer, name, own.wrap(function))
+            setattr(drgrpo.algorithm.trainer, name, own.wrap(function))
     try:
         trainer.train()
     finally:
         if isinstance(trainer, DrGRPOTrainer):
             for name, function in originals.items():
-                setattr(drgrpo.trainer, name, function)
+                setattr(drgrpo.algorithm.trainer, name, function)
     return timer.durations[1:], own.seconds
 
 
@@ -127,11 +127,11 @@ def smollm2_trainer(kind: str, output_dir: Path, steps: int, timer: StepTimer, e
     """One trainer on the SmolLM2 recipe (both kinds: the same model, data, seed and resolved algorithm)."""
     from transformers import AutoTokenizer
 
-    from drgrpo.cli import parse_recipe
     from drgrpo.core.models import resolve_model
     from drgrpo.data import load_prompt_dataset
     from drgrpo.experiments.arithmetic_task import write_chat_addition_task
-    from drgrpo.recipe_file import read_recipe
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.recipe.file import read_recipe
 
     data = write_chat_addition_task(output_dir / "data", seed=0)
     overrides = {"dataset_path": str(data["train"]), "output_dir": str(output_dir / "run"), "max_steps": steps,

@@ -10,11 +10,11 @@ chat additions. `--task tiny` (`make compare-tiny`): the tiny demo's warm start,
 import argparse
 import logging
 
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
 
 
 def main() -> None:
-    from drgrpo.comparison import RECIPES, CompareSettings, run_comparison
+    from drgrpo.experiments.comparison import RECIPES, CompareSettings, run_comparison
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default=CompareSettings.task, choices=sorted(RECIPES))

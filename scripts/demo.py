@@ -9,7 +9,7 @@ evaluation samples and the trained model. The tiny random-weight demo is `make d
 import argparse
 import logging
 
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ python scripts/demo_tiny.py [--output_dir outputs/demo-tiny] [--seed 0] [-- --ma
 import argparse
 import logging
 
-from drgrpo.demo import DemoSettings, format_table, run_demo
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
+from drgrpo.experiments.demo import DemoSettings, format_table, run_demo
 
 
 def main() -> None:

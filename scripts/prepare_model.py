@@ -8,7 +8,7 @@ The folder is `$DRGRPO_MODEL_CACHE/<name>` (default ~/.cache/drgrpo/models/<name
 import argparse
 import logging
 
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
 
 
 def main() -> None:

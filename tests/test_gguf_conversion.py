@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from drgrpo.core import models
-from drgrpo.errors import RecipeError
+from drgrpo.core.errors import RecipeError
 
 gguf = pytest.importorskip("gguf", reason="the smollm2 extra (make install) installs gguf")
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from drgrpo.core import models
-from drgrpo.errors import RecipeError
+from drgrpo.core.errors import RecipeError
 
 
 @pytest.fixture
@@ -82,7 +82,8 @@ def test_unreachable_hub_is_named(monkeypatch):
 
 def test_training_and_evaluation_fail_in_one_line_on_a_missing_model(tmp_path):
     """The scripts, end to end: two lines (the error and the --traceback hint), no transformers traceback."""
-    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "DRGRPO_MODEL_CACHE": str(tmp_path / "empty-cache")}
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "DRGRPO_MODEL_CACHE": str(tmp_path / "empty-cache"),
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # fmt: skip
     commands = [
         [sys.executable, "scripts/evaluate.py", "--model_name_or_path", "Qwen/Qwen2.5-Math-7B", "--data", "x.jsonl"],
         [sys.executable, "scripts/evaluate.py", "--model_name_or_path", "smollm2-135m-instruct", "--data", "x.jsonl"],

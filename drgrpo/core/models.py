@@ -2,7 +2,7 @@
 or a hub id, resolved before anything is loaded, so that a model that cannot be loaded fails in one line naming it
 and the fix instead of transformers' 60-90-line traceback (or its 50 s of retries when the hub is unreachable).
 
-Every loader calls `resolve_model`: training (`drgrpo.training.train`), evaluation (`drgrpo.evaluation`), the prompt
+Every loader calls `resolve_model`: training (`drgrpo.run.training.train`), evaluation (`drgrpo.evaluation`), the prompt
 preview (`--show_prompts`) and the demo. Prepared models live in the model cache, `$DRGRPO_MODEL_CACHE`, else
 `$XDG_CACHE_HOME/drgrpo/models`, else `~/.cache/drgrpo/models`, one folder per short name; `make smollm2`
 (`drgrpo.setup.model_prep`) writes them. This module only reads: it imports no torch and no transformers.
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from drgrpo.errors import RecipeError
+from drgrpo.core.errors import RecipeError
 
 MODEL_CACHE_ENV = "DRGRPO_MODEL_CACHE"
 # Written last into a prepared folder (inside its temporary folder, before the rename): a folder without it is not one.

@@ -97,10 +97,10 @@ def _percent(value: float) -> float:
 
 def run_smol_demo(settings: SmolDemoSettings) -> dict:
     """Every stage; writes `summary.json` and `curves.png` under `settings.output_dir` and returns the summary."""
-    from drgrpo.cli import parse_recipe
     from drgrpo.core.models import resolve_model
-    from drgrpo.plotting import plot_runs
-    from drgrpo.training import train
+    from drgrpo.observe.plotting import plot_runs
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
 
     start = time.perf_counter()
     load_start = os.getloadavg()

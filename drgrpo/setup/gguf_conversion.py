@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 def _require_gguf() -> None:
     import importlib.util
 
-    from drgrpo.errors import RecipeError
+    from drgrpo.core.errors import RecipeError
 
     if importlib.util.find_spec("gguf") is None:
         raise RecipeError(

@@ -17,8 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from drgrpo.core.errors import RecipeError
 from drgrpo.core.models import PREPARED_MARKER, PREPARED_MODELS, PreparedModel, is_prepared, prepared_model_dir
-from drgrpo.errors import RecipeError
 from drgrpo.setup.gguf_conversion import convert_gguf
 
 logger = logging.getLogger(__name__)
