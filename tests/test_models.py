@@ -53,6 +53,10 @@ def test_local_folders(tmp_path, monkeypatch):
     (tmp_path / "outputs" / "empty").mkdir()
     with pytest.raises(RecipeError, match="folder without config.json"):
         models.resolve_model("outputs/empty")
+    (tmp_path / "outputs" / "empty" / "tokenizer.json").write_text("{}")  # --show_prompts needs only the tokenizer
+    assert models.resolve_model("outputs/empty", tokenizer_only=True) == "outputs/empty"
+    with pytest.raises(RecipeError, match="folder without config.json"):
+        models.resolve_model("outputs/empty")
 
 
 def test_uncached_hub_id_offline_fails_in_one_line(monkeypatch, tmp_path):

@@ -100,7 +100,12 @@ def _hub_problem(repo_id: str, revision: str | None) -> str | None:
     return None
 
 
-def resolve_model(name_or_path: str, revision: str | None = None, key: str = "model_name_or_path") -> str:
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def resolve_model(
+    name_or_path: str, revision: str | None = None, key: str = "model_name_or_path", *, tokenizer_only: bool = False
+) -> str:
     """The path or hub id that `from_pretrained` should load for `name_or_path`, checked to be loadable.
 
     - a short name of `PREPARED_MODELS` -> its folder in the model cache (error naming `make smollm2` if not there);
@@ -108,6 +113,7 @@ def resolve_model(name_or_path: str, revision: str | None = None, key: str = "mo
     - a hub id -> itself, if it is in the Hugging Face cache or the hub answers for it (error otherwise).
 
     Errors are `RecipeError`s naming `key`, the model and the fix: one line under the scripts' `run_main`.
+    `tokenizer_only` (`--show_prompts`) also accepts a local folder that holds only a tokenizer.
     """
     name = str(name_or_path)
     if name in PREPARED_MODELS:
@@ -121,6 +127,8 @@ def resolve_model(name_or_path: str, revision: str | None = None, key: str = "mo
         return str(folder)
     path = Path(name).expanduser()
     if path.is_dir():
+        if tokenizer_only and any((path / f).is_file() for f in TOKENIZER_FILES):
+            return str(path)
         if not (path / "config.json").is_file():
             raise RecipeError(
                 f"{key} {name!r} is a folder without config.json, not a saved model: point it at a folder written "

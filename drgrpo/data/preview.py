@@ -45,7 +45,9 @@ def preview_prompts(
         raise ValueError("show_prompts needs the model's tokenizer: set model_name_or_path.")
     from drgrpo.core.models import resolve_model
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model_name_or_path, revision), revision=revision)
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_model(model_name_or_path, revision, tokenizer_only=True), revision=revision
+    )
     train, _ = load_prompt_dataset(args, seed=seed, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
     header = (
         f"prompt_template={args.prompt_template!r}, chat_template_kwargs={chat_template_kwargs or {}}, "
