@@ -122,7 +122,9 @@ def test_trainer_scores_truncated_completions_zero(tiny_model_path, tmp_path):
 
 def test_trainer_refuses_a_reward_without_a_range(tiny_model_path, tmp_path):
     dataset = Dataset.from_list([{"prompt": "1+1="}] * 8)
-    args = DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=8,
-                        per_device_train_batch_size=8, max_completion_length=3, zero_reward_for_truncated=True)  # fmt: skip
+    args = DrGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=8, per_device_train_batch_size=8,
+        max_completion_length=3, zero_reward_for_truncated=True,
+    )  # fmt: skip
     with pytest.raises(ValueError, match="'undeclared' declares none"):
         DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[undeclared], args=args, train_dataset=dataset)

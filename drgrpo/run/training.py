@@ -47,7 +47,9 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     )
     if training_args.zero_reward_for_truncated:  # each reward's lowest score must be known; else refuse before loading
         weights = training_args.reward_weights or [1.0] * len(reward_funcs)
-        lowest_scores([f.__name__ for f in reward_funcs], [f.reward_range for f in reward_funcs], weights)
+        lowest_scores(
+            [f.__name__ for f in reward_funcs], [getattr(f, "reward_range", None) for f in reward_funcs], weights
+        )
     training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
