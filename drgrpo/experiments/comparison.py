@@ -139,6 +139,50 @@ def run_summary(label: str, algorithm: str, history: Sequence[Mapping], evaluati
     }
 
 
+PER_STEP = {"pass_rate": d.PASS_RATE, "length_correct": d.LENGTH_CORRECT, "length_incorrect": d.LENGTH_INCORRECT,
+            "truncation_rate": d.TRUNCATION_RATE}  # fmt: skip
+
+
+def per_step(history: Sequence[Mapping]) -> dict[str, dict[int, float]]:
+    """The per-step training curves the comparison reports: {name: {step: value}} (a step without a value is absent,
+    e.g. a length of correct completions in a step with none correct)."""
+    series = {}
+    for name, key in PER_STEP.items():
+        steps, values = metric_series(history, key)
+        series[name] = dict(zip(steps, values, strict=True))
+    return series
+
+
+def per_step_markdown(curves: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
+    """One row per logged step: each run's pass rate and mean length of correct / incorrect completions."""
+    runs = list(curves)
+    steps = sorted({step for run in runs for step in curves[run]["pass_rate"]})
+    header = " | ".join(f"{run} pass rate | {run} length correct / incorrect" for run in runs)
+    lines = [f"| step | {header} |", "|---" * (1 + 2 * len(runs)) + "|"]
+    for step in steps:
+        cells = []
+        for run in runs:
+            c = curves[run]
+            cells.append(f"{_percent(c['pass_rate'].get(step))} | {_tokens(c['length_correct'].get(step))} / "
+                         f"{_tokens(c['length_incorrect'].get(step))}")  # fmt: skip
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def per_step_section(rows: Sequence[Mapping]) -> list[str]:
+    """The per-step table, when the rows carry their curves and there are few enough steps to read (<= 50)."""
+    curves = {row["run"]: row["per_step"] for row in rows if "per_step" in row}
+    if not curves or len(next(iter(curves.values()))["pass_rate"]) > 50:
+        return []
+    return [
+        "",
+        "Per training step (the sampled training batch; lengths in tokens):",
+        "",
+        *per_step_markdown(curves),
+        "",
+    ]
+
+
 def _percent(value: float | None) -> str:
     return "–" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
 
@@ -183,6 +227,7 @@ def comparison_markdown(
         "(`python scripts/compare.py --seed 1 --output_dir outputs/compare-seed1` shows the spread).",
         "",
         "Curves: `curves.png` (same folder).",
+        *per_step_section(rows),
         "",
     ]
     return "\n".join(lines)
@@ -240,6 +285,7 @@ def run_comparison(settings: CompareSettings) -> dict:
         evaluation = held_out(out / name, name, budget)
         row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
         row["train_seconds"] = round(train_seconds, 1)
+        row["per_step"] = per_step(history)
         rows.append(row)
         histories[label] = history
     plot_runs(histories, out / "curves.png", title=f"GRPO vs Dr.GRPO, {TITLES[settings.task]} (same seed and data)")
