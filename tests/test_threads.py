@@ -74,3 +74,14 @@ def test_fixed_count_is_applied(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_counts_chosen_are_recorded():
+    before = torch.get_num_threads()
+    try:
+        governor = threads.ThreadGovernor(cores=2, environ={"OMP_NUM_THREADS": "1"})
+        governor.update()
+        governor.update()
+        assert governor.used == {1: 2}
+    finally:
+        torch.set_num_threads(before)

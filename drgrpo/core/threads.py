@@ -95,10 +95,16 @@ class ThreadGovernor:
         self.cores = cores or available_cores()
         self.fixed = fixed_thread_count(environ)
         self.threads: int | None = None
+        self.used: dict[int, int] = {}  # thread count -> how many updates chose it (a run's summary reports it)
         self._last = None
 
     def update(self) -> int:
         """Re-measure (at most once per `MIN_INTERVAL_SECONDS`) and apply; return the thread count in use."""
+        threads = self._update()
+        self.used[threads] = self.used.get(threads, 0) + 1
+        return threads
+
+    def _update(self) -> int:
         import torch
 
         if self.fixed is not None:
@@ -127,6 +133,11 @@ class ThreadGovernor:
 
 
 _GOVERNOR: ThreadGovernor | None = None
+
+
+def threads_used() -> dict[int, int]:
+    """How often each thread count was chosen in this process so far ({} before the first `adapt_torch_threads`)."""
+    return dict(_GOVERNOR.used) if _GOVERNOR is not None else {}
 
 
 def adapt_torch_threads() -> int:

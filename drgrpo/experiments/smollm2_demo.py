@@ -98,6 +98,7 @@ def _percent(value: float) -> float:
 def run_smol_demo(settings: SmolDemoSettings) -> dict:
     """Every stage; writes `summary.json` and `curves.png` under `settings.output_dir` and returns the summary."""
     from drgrpo.core.models import resolve_model
+    from drgrpo.core.threads import threads_used
     from drgrpo.observe.plotting import plot_runs
     from drgrpo.recipe.cli import parse_recipe
     from drgrpo.run.training import train
@@ -145,6 +146,7 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "seconds": round(time.perf_counter() - start, 1),
         "cpu_seconds": round(cpu_seconds(), 1),
         "peak_rss_gb": round(peak_rss_gb(), 2),
+        "torch_threads_used": {str(k): v for k, v in sorted(threads_used().items())},  # count -> steps and batches
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "algorithm": training_args.algorithm_summary,
@@ -161,11 +163,11 @@ def format_summary(summary: dict, output_dir: str) -> str:
             f"{summary['model']}, seed {summary['seed']}: held-out accuracy ({summary['held_out_problems']} problems, "
             f"greedy) {summary['accuracy_before']:.1f}% -> {summary['accuracy_after']:.1f}% "
             f"({summary['gain_points']:+.1f} points) after {summary['train_steps']} Dr.GRPO steps",
-            f"strict check (boxed number = gold): {summary['strict_accuracy_before']:.1f}% -> "
+            f"strict check (the extracted answer is a bare number equal to the gold): {summary['strict_accuracy_before']:.1f}% -> "
             f"{summary['strict_accuracy_after']:.1f}%; truncated {summary['truncated_before']:.1f}% -> "
             f"{summary['truncated_after']:.1f}%",
             f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
-            f"{summary['peak_rss_gb']:.1f} GB",
+            f"{summary['peak_rss_gb']:.1f} GB, torch threads {summary['torch_threads_used']} (count: times chosen)",
             f"summary: {output_dir}/summary.json; curves: {output_dir}/curves.png; samples: "
             f"{output_dir}/eval/{{before,after}}/samples.jsonl; model: {output_dir}/model",
         ]
