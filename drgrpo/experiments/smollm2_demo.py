@@ -163,7 +163,8 @@ def format_summary(summary: dict, output_dir: str) -> str:
             f"{summary['model']}, seed {summary['seed']}: held-out accuracy ({summary['held_out_problems']} problems, "
             f"greedy) {summary['accuracy_before']:.1f}% -> {summary['accuracy_after']:.1f}% "
             f"({summary['gain_points']:+.1f} points) after {summary['train_steps']} Dr.GRPO steps",
-            f"strict check (the extracted answer is a bare number equal to the gold): {summary['strict_accuracy_before']:.1f}% -> "
+            "strict check (the extracted answer is a bare number equal to the gold): "
+            f"{summary['strict_accuracy_before']:.1f}% -> "
             f"{summary['strict_accuracy_after']:.1f}%; truncated {summary['truncated_before']:.1f}% -> "
             f"{summary['truncated_after']:.1f}%",
             f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
