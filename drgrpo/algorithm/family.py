@@ -73,8 +73,6 @@ class FamilyArguments:
             )
         if self.kl_in_reward_coef < 0:
             raise ValueError(f"kl_in_reward_coef must be >= 0 (0 turns it off), got {self.kl_in_reward_coef}.")
-        if self.dynamic_sampling_max_rounds < 1:
-            raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
         ours = {
             "advantage_estimator=leave_one_out": self.advantage_estimator == "leave_one_out",
             "kl_in_reward_coef > 0": self.kl_in_reward_coef > 0,
