@@ -389,8 +389,8 @@ def test_summarize_refuses_an_incomplete_run():
         ev.summarize(HAND_ROWS[:3], n=2, equivalent=fraction_equivalent)
 
 
-def _summary(model, benchmark, value):
-    return {"model": model, "benchmark": benchmark, "pass@1": value, "maj@4": value / 2}
+def _summary(model, benchmark, value, n=4):
+    return {"model": model, "benchmark": benchmark, "n": n, "pass@1": value, f"maj@{n}": value / 2}
 
 
 def test_comparison_table_models_by_benchmarks_in_paper_order():
@@ -403,22 +403,33 @@ def test_comparison_table_models_by_benchmarks_in_paper_order():
         ]
     )
     lines = table.strip().splitlines()
-    assert lines[0] == "| model (pass@1, %) | AIME 2024 | MATH-500 | Avg. |"
-    assert lines[2] == "| base | 10.0 | 50.0 | 30.0 |"
-    assert lines[3] == "| drgrpo | 20.0 | 75.0 | 47.5 |"
+    assert lines[0] == "| model | metric (%) | AIME 2024 | MATH-500 | Avg. |"
+    assert lines[2] == "| base | pass@1 | 10.0 | 50.0 | 30.0 |"
+    assert lines[3] == "| drgrpo | pass@1 | 20.0 | 75.0 | 47.5 |"
+    assert len(lines) == 4  # no empty cell, no note
 
 
 def test_comparison_table_missing_cells_metric_and_paper_rows():
+    """`make eval-compare ARGS="--metric maj@4 --paper"`: each row is labelled with its own metric (the paper's are
+    greedy pass@1, not maj@4), and every empty cell is explained under the table."""
     table = ev.comparison_table(
-        [_summary("a", "gsm8k", 0.5), _summary("a", "math500", 0.25), _summary("b", "math500", 1.0)],
+        [_summary("a", "gsm8k", 0.5), _summary("a", "math500", 0.25), _summary("b", "math500", 1.0, n=16)],
         metric="maj@4",
         references={"Oat-Zero-7B (paper)": {"math500": 80.0}},
     )
     lines = table.strip().splitlines()
-    assert lines[0] == "| model (maj@4, %) | MATH-500 | GSM8K | Avg. |"
-    assert lines[2] == "| a | 12.5 | 25.0 | 18.8 |"
-    assert lines[3] == "| b | 50.0 | – | – |"
-    assert lines[4] == "| Oat-Zero-7B (paper) | 80.0 | – | – |"
+    assert lines[0] == "| model | metric (%) | MATH-500 | GSM8K | Avg. |"
+    assert lines[2] == "| a | maj@4 | 12.5 | 25.0 | 18.8 |"
+    assert lines[3] == "| b | maj@4 | – | – | – |"
+    assert lines[4] == "| Oat-Zero-7B (paper) | greedy pass@1 | 80.0 | – | – |"
+    notes = lines[6:]
+    assert notes[0] == (
+        "- – b on math500: no maj@4: its summary has pass@1, maj@16 (n=16 samples: maj@k is reported at k = n; "
+        "rerun with N=4, or pick one of those with --metric)."
+    )
+    assert "- – b on gsm8k: not evaluated on it." in notes
+    assert "- – Oat-Zero-7B (paper) on gsm8k: not in the published table." in notes
+    assert any("published rows are greedy pass@1 whatever --metric" in note for note in notes)
 
 
 def test_comparison_table_rejects_two_runs_of_one_cell():

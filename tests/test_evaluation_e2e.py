@@ -87,8 +87,10 @@ def test_report_values_and_agreement_with_the_training_reward(tiny_model_path, t
     from scripts.compare_evals import main as compare
 
     table = compare([str(tmp_path)]).splitlines()
-    assert table[0] == "| model (pass@1, %) | relabeled | sums | Avg. |"
-    assert table[2].startswith(f"| {tiny_model_path} | {100 * summary['pass@1']:.1f} | {100 * first['pass@1']:.1f} |")
+    assert table[0] == "| model | metric (%) | relabeled | sums | Avg. |"
+    assert table[2].startswith(
+        f"| {tiny_model_path} | pass@1 | {100 * summary['pass@1']:.1f} | {100 * first['pass@1']:.1f} |"
+    )
 
 
 def test_chat_template_and_recipe_defaults(tiny_model_path, tmp_path):
