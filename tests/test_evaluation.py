@@ -478,13 +478,17 @@ def test_read_samples_names_a_corrupt_line(tmp_path):
         ev.read_samples(path)
 
 
-def test_resume_refuses_other_settings(tmp_path):
+def test_resume_refuses_other_settings(tmp_path, monkeypatch):
     ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)
     ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)  # same settings: fine
     with pytest.raises(ValueError, match=r"other settings \(n: 4 -> 8\).*--overwrite true"):
         ev._check_config(tmp_path, {"model": "m", "n": 8, "seed": 0}, overwrite=False)
     (tmp_path / "samples.jsonl").write_text("{}\n")
     ev._check_config(tmp_path, {"model": "m", "n": 8, "seed": 0}, overwrite=True)
+    # Run by `make eval` (make sets MAKELEVEL), the fix is what make needs: ARGS="--overwrite true".
+    monkeypatch.setenv("MAKELEVEL", "1")
+    with pytest.raises(ValueError, match=r'ARGS="--output_dir DIR"\), or ARGS="--overwrite true" to start again'):
+        ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)
     assert not (tmp_path / "samples.jsonl").exists()
 
 
