@@ -538,3 +538,18 @@ def test_evaluation_reads_answers_with_the_recipes_extraction_mode(tmp_path):
 def test_a_gold_with_several_boxes_keeps_them_all():
     assert ev.last_boxed("so $\\boxed{1}$ and $\\boxed{2}$.") == "1, 2"
     assert ev.last_boxed("first \\boxed{1}, then after checking \\boxed{2}") == "2"
+
+
+def test_eval_compare_with_paper_rows_names_each_rows_metric(tmp_path, capsys):
+    """`make eval-compare ARGS="--metric maj@8 --paper"` on a run with n=16: the paper's rows say greedy pass@1, and
+    the empty maj@8 cell says why (the run has maj@16)."""
+    from scripts.compare_evals import main as compare
+
+    folder = tmp_path / "eval" / "m" / "math500"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps(_summary("m", "math500", 0.5, n=16)))
+    table = compare([str(tmp_path / "eval"), "--metric", "maj@8", "--paper"])
+    assert "| m | maj@8 | – |" in table
+    assert "| Oat-Zero-7B (paper) | greedy pass@1 | 43.3 | 62.7 | 80.0 | 30.1 | 41.0 | 51.4 |" in table
+    assert "- – m on math500: no maj@8: its summary has pass@1, maj@16 (n=16 samples" in table
+    assert capsys.readouterr().out == table
