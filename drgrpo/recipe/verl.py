@@ -157,18 +157,30 @@ def convert_verl(flat: dict[str, Any], *, source: str = "verl config") -> Conver
     """Map a flat verl config onto recipe keys, with verl's defaults for the keys it leaves out; what verl refuses
     goes to `invalid` (nothing else is converted then), what the recipe cannot keep to `lossy`, infrastructure to
     `unmapped`, each with its reason."""
-    out = Conversion(given=set(flat))
+    out = Conversion(given={key for key, value in flat.items() if value is not None and "$" not in str(value)})
     for key in flat:
         reason = unknown_key_reason(key)
         if reason is not None:
             out.lossy[key] = reason
-    out.invalid += value_problems(flat)
+    # `${a.b}` left after read_verl_config (another file's key, a resolver) or a launch script's `$VAR`: unknown here.
+    unresolved = {key for key, value in flat.items() if isinstance(value, str) and "$" in value}
+    for key in sorted(unresolved):
+        why = f"{flat[key]}: an interpolation or shell variable this converter cannot resolve"
+        if key in DIRECT or key in COMBINED:
+            out.lossy[key] = f"{why}; set the value by hand (converted as if unset: verl's default, else the recipe's)"
+        else:
+            out.unmapped[key] = why
+    for key, value in flat.items():
+        if value is None:
+            out.unmapped[key] = "null in the verl config (unset)"
+    out.invalid += value_problems({key: value for key, value in flat.items() if key not in unresolved})
     if out.invalid:
         return out
-    config = {**VERL_DEFAULTS, **{key: value for key, value in flat.items() if value is not None}}
+    set_values = {key: value for key, value in flat.items() if value is not None and key not in unresolved}
+    config = {**VERL_DEFAULTS, **set_values}
     estimator = config["algorithm.adv_estimator"]
     if estimator not in GROUP_ESTIMATORS:
-        given = "" if "algorithm.adv_estimator" in flat else " (not set: verl's default)"
+        given = "" if "algorithm.adv_estimator" in set_values else " (not set: verl's default)"
         kind = "PPO with a learned value function (a critic)" if estimator in CRITIC_ESTIMATORS else "no group baseline"
         out.invalid.append(
             f"algorithm.adv_estimator={estimator}{given}: {kind}; this trainer implements the group estimators "
@@ -181,18 +193,6 @@ def convert_verl(flat: dict[str, Any], *, source: str = "verl config") -> Conver
     out.invalid += batch_problems(config)
     if out.invalid:
         return out
-    for key, value in flat.items():
-        mapped = key in DIRECT or key in COMBINED
-        if isinstance(value, str) and "${" in value:
-            target = DIRECT.get(key, "the keys it sets")
-            why = f"{value}: an interpolation this converter cannot resolve; set the value by hand"
-            if mapped:
-                out.lossy[key] = f"{why} (else {target} keeps the recipe default, not verl's value)"
-            else:
-                out.unmapped[key] = why
-            config.pop(key)
-        elif value is None:
-            out.unmapped[key] = "null in the verl config (unset)"
     for key, target in DIRECT.items():
         if key in config:
             out.set(target, config[key], out.source(key))
