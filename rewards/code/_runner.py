@@ -4,24 +4,25 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
 4-byte big-endian length + pickle, as in `rewards._worker`. In order:
 
 1. `B` (this process) unshares a user, mount, network and pid namespace. Unprivileged, it maps its own uid/gid to
-   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 65534 1` (only a
-   process with CAP_SETUID outside may map two ids), and waits for `("mapped",)`.
+   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 <own id> 1` (only a
+   process with CAP_SETUID outside may map two ids; `program_id_outside`), and waits for `("mapped",)`.
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
    program dies with `R`), and waits for it. `R` builds a minimal read-only root (`rewards.code._filesystem`:
    `/usr`, `/lib*`, `/etc`, the interpreters' folders, a few devices; no `/tmp`, `/var`, `/run`, `/dev/shm`,
    `/home` of the host), `pivot_root`s into it, mounts a fresh writable tmpfs on `/tmp` for the work folders and
    answers `("ready", info)`.
 3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
-   (own session and IPC namespace, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment,
-   stdin from a memfd), reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every
-   process of the namespace (`kill(-1, SIGKILL)`), reaps them, replaces `/tmp` by an empty tmpfs and answers
-   `(job_id, result)`. After an error of its own, or when its own limits changed, the answer carries `retire` and
+   (own session and IPC namespace, uid/gid 65534, no capabilities, no new privileges, rlimits, a fresh session
+   keyring, the seccomp filter, clean environment, stdin from a memfd), reads its stdout/stderr up to the output
+   limit, and on exit, timeout or overflow kills every process of the namespace (`kill(-1, SIGKILL)`), reaps them,
+   replaces `/tmp` by an empty tmpfs and answers `(job_id, result)`. After an error of its own, or when its own
+   limits changed, the answer carries `retire` and
    `R` exits: the trainer starts another runner.
 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
-still drops to uid 65534 (`B` must be root: the fallback is refused otherwise), but it shares the network, pid
-namespace and file system of the host (see docs/code-rewards.md). Nothing here imports beyond the standard
-library.
+drops to `B`'s own uid (`B` must be root: the fallback is refused otherwise), under the filter (no socket() at all)
+and Landlock where the kernel has it, but in the pid namespace and file system of the host (docs/code-rewards.md).
+Nothing here imports beyond the standard library (and this package's own modules).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ A classic BPF program, assembled here and installed by the runner in each progra
 - any system call of another ABI (32-bit `int 0x80` on x86_64, x32): the process is killed, as the numbers above
   would not mean the same calls.
 
-Syscall numbers are per architecture: x86_64, aarch64 and riscv64 are known (the latter two share the generic
+`join_fresh_session_keyring` (called just before the filter) replaces the inherited session keyring by an empty
+one. Syscall numbers are per architecture: x86_64, aarch64 and riscv64 are known (the latter two share the generic
 table); elsewhere `program_filter` raises, and the sandbox refuses to start. Standard library only.
 """
 

@@ -1,20 +1,24 @@
 """`Sandbox`: run untrusted programs on this machine, offline, each as a fresh unprivileged process under limits.
 
 What a program gets (docs/code-rewards.md has the full list of guarantees and non-guarantees):
-- its own session and process group, uid/gid 65534 with no capabilities and `no_new_privs` (never root, even when
-  the trainer is root: the kernel does not apply the process limit to root);
+- its own session and process group, uid/gid 65534 inside (outside, a root trainer's runner's own uid) with no
+  capabilities and `no_new_privs` (never root, even when the trainer is root: the kernel does not apply the process
+  limit to root), a fresh session keyring, and a seccomp filter (`rewards.code._seccomp`) refusing what namespaces
+  do not isolate: keyrings, non-namespaced socket families (vsock, ...), io_uring, setsid, new namespaces;
 - a network namespace of its own runner with no interface up (no network, not even 127.0.0.1 of the host), a pid
   namespace (it cannot see or signal any process outside it; everything it starts dies with the test), an IPC
   namespace of its own, and a mount namespace whose root is minimal and read-only (/usr, /lib*, /etc, the
   interpreter, a few devices: no folder of the host where others create files or sockets, no repository);
-- a fresh working folder on a private tmpfs (deleted after the test), an empty environment (PATH, HOME, LANG only),
-  stdin from the test;
-- limits: wall seconds (`timeout`), CPU seconds, address space, processes/threads, open files, file size, output.
+- a fresh working folder on a private tmpfs of `max_files` inodes (deleted after the test), an empty environment
+  (PATH, HOME, LANG only), stdin from the test; a CPU cgroup per runner where the machine allows one;
+- limits: CPU seconds (`timeout`), wall seconds (twice that), address space, processes/threads, open files, file
+  size, files, output.
 
 Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
 and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
-`allow_network_fallback` is set and the trainer is root; then programs still run as uid 65534 under the same
-rlimits, but share the host's network, pid namespace and file system, and a warning says so once.
+`allow_network_fallback` is set and the trainer is root; then programs run as their runner's own uid under the
+same rlimits and filter (which then refuses every socket()), Landlock limiting the files they may open where the
+kernel has it, in the host's pid namespace and file system; a warning says once what that does not stop.
 """
 
 from __future__ import annotations
