@@ -134,3 +134,54 @@ def test_the_fallback_hides_test_cases_and_touches_no_process_socket_or_file_of_
         pytest.skip("this kernel has no Landlock: the fallback cannot hide files (its warning says so)")
     assert result["read_tests"].startswith("refused"), result["read_tests"]
     assert result["files_made"] == "nothing"
+
+
+# -- the pieces, without a sandbox -------------------------------------------------------------------------------
+
+
+def test_the_filter_knows_its_architectures_and_refuses_to_guess_others():
+    from rewards.code._seccomp import program_filter
+
+    for machine in ("x86_64", "aarch64", "riscv64"):
+        assert 25 < len(program_filter(True, machine)) < 50
+    assert len(program_filter(False, "x86_64")) == len(program_filter(True, "x86_64")) - 3  # no socket() family
+    with pytest.raises(OSError, match="knows the system calls of x86_64, aarch64, riscv64, not s390x"):
+        program_filter(True, "s390x")
+
+
+HYBRID_CGROUPS = "4:memory:/job\n1:cpu,cpuacct:/job\n0::/job\n"
+HYBRID_MOUNTS = (
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+)
+V2_MOUNTS = "25 1 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n"
+NAMESPACED_MOUNTS = "25 1 0:22 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n"  # a container's cgroupns view
+
+
+def test_the_cpu_cgroup_folder_is_found_on_v1_hybrid_and_v2_machines():
+    from rewards.code._cgroup import find_cpu_folder
+
+    assert find_cpu_folder(HYBRID_CGROUPS, HYBRID_MOUNTS, lambda f: False) == ("/sys/fs/cgroup/cpu,cpuacct/job", 1)
+    assert find_cpu_folder("0::/user.slice/s.scope\n", V2_MOUNTS, lambda f: True) == (
+        "/sys/fs/cgroup/user.slice/s.scope",
+        2,
+    )
+    assert find_cpu_folder("0::/user.slice/s.scope\n", V2_MOUNTS, lambda f: False) is None  # no cpu controller
+    assert find_cpu_folder("0::/docker/abc\n", NAMESPACED_MOUNTS, lambda f: True) == ("/sys/fs/cgroup", 2)
+    assert find_cpu_folder("0::/\n", V2_MOUNTS, lambda f: True) == ("/sys/fs/cgroup", 2)
+
+
+def test_a_v2_runner_cgroup_gets_one_cpu_and_stale_ones_go(tmp_path, monkeypatch):
+    """The files a cgroup v2 runner cgroup is made of (this machine's kernel may offer only v1 for `cpu`)."""
+    from rewards.code import _cgroup
+
+    (tmp_path / "cgroup.subtree_control").write_text("memory\n")
+    (tmp_path / "drgrpo-runner-999999999-0").mkdir()  # left by a trainer that is gone (pid beyond pid_max)
+    (tmp_path / "drgrpo-runner-1-0").mkdir()  # pid 1 lives: not stale
+    monkeypatch.setattr(_cgroup, "cpu_cgroup_folder", lambda: (str(tmp_path), 2))
+    path = _cgroup.runner_cgroup("drgrpo-runner-7-0")
+    assert path == str(tmp_path / "drgrpo-runner-7-0")
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"  # enabled for the runners' cgroups
+    assert (tmp_path / "drgrpo-runner-7-0" / "cpu.max").read_text() == "100000 100000"
+    assert sorted(p.name for p in tmp_path.glob("drgrpo-runner-*")) == ["drgrpo-runner-1-0", "drgrpo-runner-7-0"]

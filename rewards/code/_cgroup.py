@@ -31,25 +31,37 @@ def cpu_cgroup_folder() -> tuple[str, int] | None:
     """(the folder of this process's cgroup for the `cpu` controller, the cgroup version), or None."""
     try:
         with open("/proc/self/cgroup") as f:
-            memberships = [line.rstrip("\n").split(":", 2) for line in f]
+            memberships = f.read()
         with open("/proc/self/mountinfo") as f:
-            mounts = [line.split() for line in f]
+            mounts = f.read()
     except OSError:
         return None
-    for version in (1, 2):  # a hybrid machine has `cpu` on v1, and a v2 tree without it
-        for hierarchy, controllers, path in memberships:
+    return find_cpu_folder(memberships, mounts, _has_cpu)
+
+
+def find_cpu_folder(memberships: str, mounts: str, has_cpu) -> tuple[str, int] | None:
+    """`cpu_cgroup_folder` from the texts of /proc/self/cgroup and /proc/self/mountinfo; `has_cpu(folder)`: whether
+    a v2 folder offers the `cpu` controller. v1 first: a hybrid machine has `cpu` there, and a v2 tree without it."""
+    entries = [line.split(":", 2) for line in memberships.splitlines() if line.count(":") >= 2]
+    for version in (1, 2):
+        for hierarchy, controllers, path in entries:
             if (version == 1 and "cpu" not in controllers.split(",")) or (version == 2 and hierarchy != "0"):
                 continue
-            for fields in mounts:
+            for line in mounts.splitlines():
+                fields = line.split()
+                if "-" not in fields:
+                    continue
                 separator = fields.index("-")
                 fstype, options = fields[separator + 1], fields[separator + 3].split(",")
-                root, mount_point = fields[3], fields[4]
-                if (version == 1 and fstype == "cgroup" and "cpu" in options) or (version == 2 and fstype == "cgroup2"):
-                    if path == root or path.startswith(root.rstrip("/") + "/"):
-                        folder = mount_point + path[len(root.rstrip("/")) :]
-                        if version == 2 and not _has_cpu(folder):
-                            break
-                        return folder.rstrip("/") or "/", version
+                if not (fstype == "cgroup" and "cpu" in options if version == 1 else fstype == "cgroup2"):
+                    continue
+                root, mount_point = fields[3].rstrip("/"), fields[4]
+                if path != root and not path.startswith(root + "/") and root:
+                    continue
+                folder = (mount_point + path[len(root) :]).rstrip("/") or "/"
+                if version == 2 and not has_cpu(folder):
+                    break
+                return folder, version
     return None
 
 
