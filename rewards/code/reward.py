@@ -49,6 +49,8 @@ class CodeReward:
     does a completion whose run failed in the sandbox itself (`sandbox_errors`, and `rewards/code/failures`).
     """
 
+    reward_range = (0.0, 1.0)
+
     def __init__(self, settings: CodeRewardArguments, checker: Checker | None = None, num_workers: int = 1) -> None:
         settings.check_code_settings()
         if settings.code_language.lower() not in ("python", "python3", "py"):
@@ -170,6 +172,8 @@ class CodeReward:
 
 class CodeFormatReward:
     """1.0 if the answer holds exactly one closed ```python block (`rewards.code.blocks.code_format_score`)."""
+
+    reward_range = (0.0, 1.0)
 
     def __init__(self, language: str = "python") -> None:
         self.language = language
