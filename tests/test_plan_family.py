@@ -30,8 +30,8 @@ def test_planner_says_when_the_rounds_cannot_fill_the_batch_and_what_happens_the
     assert "90% -> 4 round(s) (10 needed to fill the batch)" in text and "75% -> 4 round(s)," in text
     assert (
         "at 90% all-equal groups, 4 rounds (dynamic_sampling_max_rounds) fill only 40% of the batch with groups "
-        "that carry signal: the rest is padded with all-equal groups (advantage 0: no policy signal) "
-        "(dynamic_sampling_max_rounds 10 fills it)"
+        "that carry signal: the rest is padded with all-equal groups (advantage 0: no policy signal), or the run "
+        "stops, with dynamic_sampling_exhausted: raise (dynamic_sampling_max_rounds 10 fills it)"
     ) in text
     assert "at 75% all-equal" not in text  # 4 rounds fill it at 75%
     batch, _ = batch_plan(8, 16, 8, 8)
