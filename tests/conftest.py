@@ -13,6 +13,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `make test` sets MAKELEVEL, which makes fixes read `ARGS="--flag value"` (drgrpo.core.errors.command_flag); the tests
+# that check a message see the plain command line unless they set it themselves.
+os.environ.pop("MAKELEVEL", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -36,8 +39,8 @@ def addition_data(tmp_path_factory) -> dict:
 
 @pytest.fixture
 def unprivileged_tree() -> Path:
-    """A copy of the `rewards` and `drgrpo` packages and the sandbox probe (as `tests/code_sandbox_probe.py`) that
-    any user can read.
+    """A copy of the `rewards` and `drgrpo` packages and the sandbox probes (as `tests/code_sandbox_probe.py` and
+    `tests/code_sandbox_kernel_probe.py`) that any user can read.
 
     The unprivileged-trainer tests run Python as uid 1000, which cannot enter a clone under a private folder
     (`mktemp -d` makes 0700 folders, and CI's clone may be under one), so they import from this copy instead.
@@ -47,7 +50,8 @@ def unprivileged_tree() -> Path:
         for package in ("rewards", "drgrpo"):  # rewards imports drgrpo.core.errors
             shutil.copytree(ROOT / package, folder / package, ignore=shutil.ignore_patterns("__pycache__"))
         (folder / "tests").mkdir()
-        shutil.copy(ROOT / "tests" / "code_sandbox_probe.py", folder / "tests" / "code_sandbox_probe.py")
+        for probe in ("code_sandbox_probe.py", "code_sandbox_kernel_probe.py"):
+            shutil.copy(ROOT / "tests" / probe, folder / "tests" / probe)
         for path in [folder, *folder.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         yield folder

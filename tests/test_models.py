@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 
@@ -11,6 +12,9 @@ from conftest import ROOT
 
 from drgrpo.core import models
 from drgrpo.core.errors import RecipeError
+from drgrpo.core.models import load_pretrained, resolve_model
+
+HUB_ID = "no-such-org/no-such-model-for-drgrpo-tests"
 
 
 @pytest.fixture
@@ -100,3 +104,73 @@ def test_training_and_evaluation_fail_in_one_line_on_a_missing_model(tmp_path):
         assert done.returncode == 2, done.stderr[-2000:]
         assert len(lines) == 2 and lines[0].startswith("error: model_name_or_path "), done.stderr[-2000:]
         assert command[command.index("--model_name_or_path") + 1] in lines[0]
+
+
+@pytest.fixture
+def empty_hf_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
+def test_an_uncached_hub_id_offline_is_one_line_with_the_fixes(empty_hf_cache, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("offline: the hub must not be asked")
+
+    monkeypatch.setattr("huggingface_hub.model_info", no_network)
+    with pytest.raises(RecipeError) as info:
+        resolve_model(HUB_ID)
+    message = str(info.value)
+    assert f"model_name_or_path {HUB_ID!r} is not in the Hugging Face cache and the hub is switched off" in message
+    assert f"hf download {HUB_ID}" in message and "HF_HUB_OFFLINE=0" in message and "local folder" in message
+
+
+def test_an_unreachable_hub_is_asked_once_then_one_line(empty_hf_cache, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls = []
+
+    def unreachable(*args, **kwargs):
+        calls.append(kwargs)
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr("huggingface_hub.model_info", unreachable)
+    with pytest.raises(RecipeError, match="the hub cannot be reached \\(ConnectionError\\)"):
+        resolve_model(HUB_ID)
+    assert len(calls) == 1 and calls[0]["timeout"] == models.HUB_TIMEOUT_S
+
+
+def test_load_pretrained_tries_the_local_files_first(tiny_model_path, monkeypatch):
+    seen = []
+
+    def loader(name, **kwargs):
+        seen.append((name, kwargs))
+        return "tokenizer"
+
+    assert load_pretrained(loader, str(tiny_model_path)) == "tokenizer"
+    assert seen == [(str(tiny_model_path), {"revision": None, "local_files_only": True})]
+    # A cached hub id: loaded from the cache, no second (network) load.
+    seen.clear()
+    monkeypatch.setattr(models, "_cached", lambda repo_id, revision: True)
+    load_pretrained(loader, HUB_ID, "main")
+    assert seen == [(HUB_ID, {"revision": "main", "local_files_only": True})]
+
+
+def test_show_prompts_on_an_uncached_hub_model_offline_is_one_line(
+    empty_hf_cache, addition_data, tmp_path, monkeypatch, capsys
+):
+    """The CPU login-node pre-flight docs/install.md recommends, on a hub recipe without the model cached: at most
+    3 lines naming the model and the fix, exit status 2, no traceback (was 50 s of retries and a 93-line one)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    argv = [
+        "scripts/train.py", "recipes/qwen3_8b_drgrpo.yaml", "--model_name_or_path", HUB_ID,
+        "--dataset_path", str(addition_data["train"]), "--show_prompts", "1",
+    ]  # fmt: skip
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(ROOT / "scripts" / "train.py"), run_name="__main__")
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
+    assert f"error: model_name_or_path {HUB_ID!r} is not in the Hugging Face cache" in err
+    assert "HF_HUB_OFFLINE=0" in err

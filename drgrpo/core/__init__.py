@@ -7,6 +7,7 @@ May import: the standard library only (torch and huggingface_hub lazily, inside 
 Modules, each importing only the ones listed before it:
 - `errors`: `RecipeError` and friends, and `run_main`, which prints a user error as one line with its fix;
 - `checkpoints`: the `checkpoint-N` folders of an output directory, the newest complete one to resume from;
-- `models`: which model a name means (prepared short names, local folders, hub ids), checked before loading;
+- `models`: which model a name means (prepared short names, local folders, hub ids), checked before loading, and
+  loading from the cache first;
 - `threads`: torch's thread count from the cores other processes leave free, re-chosen as that changes.
 """

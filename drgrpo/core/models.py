@@ -5,18 +5,26 @@ and the fix instead of transformers' 60-90-line traceback (or its 50 s of retrie
 Every loader calls `resolve_model`: training (`drgrpo.run.training.train`), evaluation (`drgrpo.evaluation`), the prompt
 preview (`--show_prompts`) and the demo. Prepared models live in the model cache, `$DRGRPO_MODEL_CACHE`, else
 `$XDG_CACHE_HOME/drgrpo/models`, else `~/.cache/drgrpo/models`, one folder per short name; `make smollm2`
-(`drgrpo.setup.model_prep`) writes them. This module only reads: it imports no torch and no transformers.
+(`drgrpo.setup.model_prep`) writes them. `load_pretrained` loads through `resolve_model` from the local files first,
+so that a cached model never touches the network and one that is not is tried once. This module only reads: it
+imports no torch and no transformers (huggingface_hub only when a hub id is checked).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from drgrpo.core.errors import RecipeError
 
+Loaded = TypeVar("Loaded")
 MODEL_CACHE_ENV = "DRGRPO_MODEL_CACHE"
+# HF_HUB_OFFLINE as huggingface_hub reads it (constants.HF_HUB_OFFLINE is read once, when it is first imported).
+_TRUE = ("1", "ON", "YES", "TRUE")
+HUB_TIMEOUT_S = 10  # one probe of the hub; a refused connection or a failed DNS lookup ends it at once
 # Written last into a prepared folder (inside its temporary folder, before the rename): a folder without it is not one.
 PREPARED_MARKER = "drgrpo_prepared.json"
 
@@ -77,20 +85,32 @@ def _looks_like_path(name: str) -> bool:
     return "/" in name and Path(name.split("/")[0]).is_dir()
 
 
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is switched off (`HF_HUB_OFFLINE=1` now, or when huggingface_hub was imported)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE:
+        return True
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _cached(repo_id: str, revision: str | None) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+
+
 def _hub_problem(repo_id: str, revision: str | None) -> str | None:
     """Why the hub id cannot be loaded (not cached and offline, unreachable, or unknown), or None when it can."""
-    try:
-        from huggingface_hub import constants, model_info, try_to_load_from_cache
-        from huggingface_hub.errors import RepositoryNotFoundError
-    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+    if _cached(repo_id, revision):
         return None
-    cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
-    if isinstance(cached, str):
-        return None
-    if constants.HF_HUB_OFFLINE:
+    if hub_offline():
         return "is not in the Hugging Face cache and the hub is switched off (HF_HUB_OFFLINE=1)"
+    from huggingface_hub import model_info
+    from huggingface_hub.errors import RepositoryNotFoundError
+
     try:
-        model_info(repo_id, revision=revision, timeout=10)
+        model_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
     except RepositoryNotFoundError:
         return "is not a model on the Hugging Face hub (or it is private: log in with `hf auth login`)"
     except Exception as error:  # connection refused, no DNS, timeout: the hub cannot be reached
@@ -142,9 +162,31 @@ def resolve_model(
         )
     problem = _hub_problem(name, revision)
     if problem is not None:
+        offline = ", set HF_HUB_OFFLINE=0 where the hub is reachable" if hub_offline() else ""
         raise RecipeError(
             f"{key} {name!r} {problem}: download it where the hub is reachable (`hf download {name}`, then copy "
-            f"~/.cache/huggingface), point {key} at a local folder, or use a prepared model "
+            f"~/.cache/huggingface here){offline}, point {key} at a local folder, or use a prepared model "
             f"({', '.join(PREPARED_MODELS)})."
         )
     return name
+
+
+def load_pretrained(
+    loader: Callable[..., Loaded],
+    name_or_path: str,
+    revision: str | None = None,
+    key: str = "model_name_or_path",
+    *,
+    tokenizer_only: bool = False,
+    **kwargs: Any,
+) -> Loaded:
+    """`loader(resolved, ...)` (e.g. `AutoTokenizer.from_pretrained`) for a model `resolve_model` accepts: from the
+    local files only first (a cached hub model needs no network), then, for a hub id that is not complete in the
+    cache, once from the hub."""
+    resolved = resolve_model(name_or_path, revision, key, tokenizer_only=tokenizer_only)
+    try:
+        return loader(resolved, revision=revision, local_files_only=True, **kwargs)
+    except OSError:
+        if Path(resolved).is_dir() or hub_offline():
+            raise
+    return loader(resolved, revision=revision, **kwargs)

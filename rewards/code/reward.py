@@ -28,6 +28,7 @@ def sandbox_limits(settings: CodeRewardArguments) -> SandboxLimits:
         max_open_files=settings.code_max_open_files,
         max_output_bytes=settings.code_max_output_kb * 1024,
         max_file_bytes=settings.code_max_file_mb * 1024 * 1024,
+        max_files=settings.code_max_files,
     )
 
 
