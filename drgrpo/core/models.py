@@ -86,12 +86,8 @@ def _looks_like_path(name: str) -> bool:
 
 
 def hub_offline() -> bool:
-    """Whether the Hugging Face hub is switched off (`HF_HUB_OFFLINE=1` now, or when huggingface_hub was imported)."""
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE:
-        return True
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
+    """Whether the Hugging Face hub is switched off (`HF_HUB_OFFLINE=1`)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
 
 
 def _cached(repo_id: str, revision: str | None) -> bool:
