@@ -3,7 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# A GPU user picks a CUDA build, e.g. `make install TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+# torch==2.13.0 from PyPI is, on Linux, the CUDA 13 build that vLLM's PyPI wheels are built for (NVIDIA driver R580 or
+# newer); a torch of another CUDA major version breaks vLLM and torchvision (docs/install.md, `make check-install`).
 TORCH ?= torch==2.13.0
 EXTRAS ?= dev
 STAMP := $(VENV)/.installed-$(EXTRAS)
@@ -32,9 +33,10 @@ $(STAMP): pyproject.toml
 
 # Would a GPU install resolve to a supported stack? First `make install` (the check reads TRL's vLLM range from the
 # installed TRL), then pip's resolver in dry-run for the GPU extras (nothing more installed; metadata only, a minute
-# or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, and the requirements of vLLM, torch,
-# transformers and TRL on each other. `make check-install TORCH="torch==2.13.0 --index-url ..."`
-# [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"] (extra pins). docs/install.md has the GPU install lines.
+# or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, the requirements of vLLM, torch,
+# transformers and TRL on each other, and the CUDA builds of torch, torchvision and vLLM against each other.
+# `make check-install [TORCH=...] [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"]` (extra pins). docs/install.md
+# has the GPU install lines and the driver they need.
 CHECK_EXTRAS ?= dev,vllm
 check-install: install
 	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
