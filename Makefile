@@ -8,6 +8,15 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 EXTRAS ?= dev
 STAMP := $(VENV)/.installed-$(EXTRAS)
+# Offline install (air-gapped GPU nodes): `make wheelhouse WHEELHOUSE=wheels [EXTRAS=...]` where there is network, then
+# `make install WHEELHOUSE=wheels [EXTRAS=...]` on the node: every pip step reads only that folder (docs/install.md).
+WHEELHOUSE ?=
+ifneq ($(WHEELHOUSE),)
+ifeq ($(filter wheelhouse,$(MAKECMDGOALS)),)
+export PIP_NO_INDEX := 1
+export PIP_FIND_LINKS := $(abspath $(WHEELHOUSE))
+endif
+endif
 
 RECIPE ?= recipes/tiny_drgrpo.yaml
 ACCELERATE_CONFIG ?=
@@ -40,6 +49,27 @@ $(STAMP): pyproject.toml
 CHECK_EXTRAS ?= dev,vllm
 check-install: install
 	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
+
+# Every file `make install TORCH=... EXTRAS=...` needs, into WHEELHOUSE (sizes printed), for this machine's Python and
+# platform or another's: `make wheelhouse WHEELHOUSE=wheels EXTRAS=dev,vllm [WHEEL_PYTHON=3.12]
+# [WHEEL_PLATFORM=manylinux_2_28_x86_64]`. Installs nothing of the project here (only pip and packaging in the venv).
+# WHEELHOUSE_EXTRAS / WHEELHOUSE_NO_DEPS: the extras and the --no-deps wheels of every install step (default: EXTRAS,
+# none). drgrpo/setup/wheelhouse.py.
+WHEEL_PYTHON ?=
+WHEEL_PLATFORM ?=
+WHEELHOUSE_EXTRAS ?= $(EXTRAS)
+WHEELHOUSE_NO_DEPS ?=
+WHEELHOUSE_TOOLS := $(VENV)/.installed-wheelhouse-tools
+$(WHEELHOUSE_TOOLS):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip packaging
+	touch $@
+.PHONY: wheelhouse
+wheelhouse: $(WHEELHOUSE_TOOLS)
+	@test -n "$(WHEELHOUSE)" || { echo "make wheelhouse: set WHEELHOUSE=folder (where the files go)"; exit 2; }
+	PYTHONPATH=. $(PY) scripts/wheelhouse.py --dest $(WHEELHOUSE) --torch "$(TORCH)" --extras $(WHEELHOUSE_EXTRAS) \
+		$(if $(WHEEL_PYTHON),--python_version $(WHEEL_PYTHON)) $(if $(WHEEL_PLATFORM),--platform $(WHEEL_PLATFORM)) \
+		$(if $(WHEELHOUSE_NO_DEPS),--no_deps "$(WHEELHOUSE_NO_DEPS)")
 
 demo: install
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py
