@@ -59,3 +59,32 @@ def restore_dtype(model, cast: tuple[object, list[str]]) -> None:
     parameters = dict(model.named_parameters())
     for name in names:
         parameters[name].data = parameters[name].data.to(dtype)
+
+
+def engaged_summary(trainer) -> str:
+    """What the run actually engaged, read from the built trainer (one line; `scripts/gpu_smoke.sh` checks it):
+    accelerate's mixed precision, DeepSpeed's ZeRO stage and whether the parameters are partitioned, the number of
+    processes and the trained parameters' dtype."""
+    accelerator = trainer.accelerator
+    parts = [f"mixed precision {accelerator.mixed_precision}"]
+    if trainer.is_deepspeed_enabled:
+        stage = accelerator.state.deepspeed_plugin.zero_stage
+        partitioned = any(hasattr(p, "ds_id") for p in trainer.model.parameters())
+        parts.append(f"DeepSpeed ZeRO stage {stage}" + (" (parameters partitioned)" if partitioned else ""))
+    else:
+        parts.append("no DeepSpeed")
+    trained = {str(p.dtype).removeprefix("torch.") for p in trainer.model.parameters() if p.requires_grad}
+    parts.append(f"{accelerator.num_processes} process(es), trained parameters {'/'.join(sorted(trained)) or 'none'}")
+    return ", ".join(parts)
+
+
+def engine_summary(trainer) -> str:
+    """What trained, read from the wrapped model after training (one line; `scripts/gpu_smoke.sh` checks it): the
+    DeepSpeed engine's ZeRO stage, bf16 flag and optimizer class, or the wrapper of a run without DeepSpeed."""
+    wrapped = trainer.model_wrapped
+    if trainer.is_deepspeed_enabled and hasattr(wrapped, "zero_optimization_stage"):
+        return (
+            f"DeepSpeed ZeRO stage {wrapped.zero_optimization_stage()}, bf16 {wrapped.bfloat16_enabled()}, "
+            f"optimizer {type(wrapped.optimizer).__name__}"
+        )
+    return f"{type(wrapped).__name__} (no DeepSpeed), mixed precision {trainer.accelerator.mixed_precision}"
