@@ -52,7 +52,7 @@ check-install: install
 
 # Every file `make install TORCH=... EXTRAS=...` needs, into WHEELHOUSE (sizes printed), for this machine's Python and
 # platform or another's: `make wheelhouse WHEELHOUSE=wheels EXTRAS=dev,vllm [WHEEL_PYTHON=3.12]
-# [WHEEL_PLATFORM=manylinux_2_28_x86_64]`. Installs nothing of the project here (only pip and packaging in the venv).
+# [WHEEL_PLATFORM=manylinux_2_35_x86_64]`. Installs nothing of the project here (only pip and packaging in the venv).
 # WHEELHOUSE_EXTRAS / WHEELHOUSE_NO_DEPS: the extras and the --no-deps wheels of every install step (default: EXTRAS,
 # none). drgrpo/setup/wheelhouse.py.
 WHEEL_PYTHON ?=

@@ -19,7 +19,7 @@
 # It never installs anything (it calls no make target). Settings: SMOKE_OUT (outputs/gpu_smoke), SMOKE_STEPS (4),
 # PY (.venv/bin/python), SMOKE_DEVICE (gpu).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 DEVICE=${SMOKE_DEVICE:-gpu}
 OUT=${SMOKE_OUT:-outputs/gpu_smoke}

@@ -1,10 +1,10 @@
 """Download every file `make install` needs into one folder, for an install with no network (air-gapped GPU nodes).
 
 make wheelhouse WHEELHOUSE=wheels [EXTRAS=dev,vllm] [TORCH=torch==2.13.0] [WHEEL_PYTHON=3.12] [WHEEL_PLATFORM=...]
-python scripts/wheelhouse.py --dest wheels --extras dev,vllm --python_version 3.11 --platform manylinux_2_28_x86_64
+python scripts/wheelhouse.py --dest wheels --extras dev,vllm --python_version 3.12 --platform manylinux_2_35_x86_64
 
 Then, on the node: `make install WHEELHOUSE=wheels EXTRAS=dev,vllm` (pip reads only that folder). Prints the number
-of files and their size, and how much of it torch and the libraries only torch needs take (drgrpo/setup/wheelhouse.py).
+of files and their size, and how much of it is torch with what it requires (drgrpo/setup/wheelhouse.py).
 """
 
 import argparse
@@ -22,7 +22,7 @@ def main() -> int:
     parser.add_argument("--torch", default="torch==2.13.0", help="the TORCH line of `make install`")
     parser.add_argument("--extras", default="dev", help="the EXTRAS of `make install`")
     parser.add_argument("--python_version", help="the target Python (e.g. 3.12); default: this one")
-    parser.add_argument("--platform", help="the target platform tag (e.g. manylinux_2_28_x86_64); default: this one")
+    parser.add_argument("--platform", help="the target platform tag (manylinux_2_35_x86_64; vLLM needs 2_31 or newer)")
     parser.add_argument("--no_deps", default="", help="pinned wheels `make install` installs with --no-deps")
     args = parser.parse_args()
     extras = [extra for extra in args.extras.split(",") if extra]
@@ -38,8 +38,8 @@ def main() -> int:
     torch_part = folder_size(args.dest, torch_closure(report))
     print(
         f"wheelhouse {args.dest}: {len(plan.wheels)} wheels + {len(plan.sdists)} sdists ({', '.join(plan.sdists)}), "
-        f"{total / GB:.2f} GB; torch and the libraries only it needs: {torch_part / GB:.2f} GB, the rest "
-        f"{(total - torch_part) / GB:.2f} GB"
+        f"{total / GB:.2f} GB; torch with what it requires (CUDA libraries, triton): {torch_part / GB:.2f} GB, the "
+        f"rest (what the project needs beyond torch): {(total - torch_part) / GB:.2f} GB"
     )
     print(f"install it with no network: make install WHEELHOUSE={args.dest} EXTRAS={args.extras}")
     return 0

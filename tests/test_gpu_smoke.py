@@ -179,5 +179,5 @@ def test_cpu_mode_passes_and_skips_every_gpu_only_step_with_its_reason(tmp_path)
     assert "[SKIP] zero3_x2  GPU-only: ZeRO-3 across 2 GPUs over NCCL" in out
     assert "[SKIP] vllm      GPU-only: vLLM generates on CUDA GPUs" in out
     assert "[PASS] eval      64 samples" in out
-    assert "gpu_smoke (cpu): 6 passed, 0 failed, 4 skipped in" in out
+    assert "gpu_smoke (cpu): 7 passed, 0 failed, 3 skipped in" in out
     assert (tmp_path / "smoke" / "zero3" / "model.safetensors").is_file()

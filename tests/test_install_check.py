@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -237,3 +238,18 @@ def test_check_install_script_refuses_a_saved_mixed_report(tmp_path):
     good = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert good.returncode == 0
     assert "CUDA builds: CUDA 13 (torch, torchvision, vllm): NVIDIA driver R580 or newer" in good.stdout
+
+
+def test_no_doc_or_command_recommends_a_torch_of_another_cuda_major():
+    """Every vLLM in TRL's range is a CUDA 13 build: no install line in the README, docs, Makefile or scripts points
+    torch at a CUDA 12 (or older) PyTorch index. docs/install.md names that index once, in prose, as what breaks."""
+    index = re.compile(r"download\.pytorch\.org/whl/cu1[0-2]\d")
+    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").glob("*.md"))]
+    files += [*sorted((ROOT / "scripts").rglob("*.py")), *sorted((ROOT / "scripts").rglob("*.sh"))]
+    offending = []
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            is_command = path.suffix != ".md" or line.startswith("    ")  # a code line, not prose
+            if is_command and index.search(line):
+                offending.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offending, offending

@@ -2,7 +2,7 @@
 GPU node with no network installs from it (`make install WHEELHOUSE=dir`: pip with `--no-index --find-links dir`).
 
     make wheelhouse WHEELHOUSE=wheels [EXTRAS=dev,vllm] [TORCH=torch==2.13.0] \\
-        [WHEEL_PYTHON=3.12 WHEEL_PLATFORM=manylinux_2_28_x86_64]        # another Python / platform than this one
+        [WHEEL_PYTHON=3.12 WHEEL_PLATFORM=manylinux_2_35_x86_64]        # another Python / platform than this one
 
 1. pip's resolver in dry-run (`resolve`, as `make check-install` runs it) gives the exact stack `make install` would
    install here: the TORCH line, the project with its extras, and pip, setuptools and wheel (`make install` upgrades
@@ -97,33 +97,21 @@ def target_requirements(report: Mapping[str, Any], extras: Sequence[str], torch_
 
 
 def torch_closure(report: Mapping[str, Any]) -> set[str]:
-    """torch and the packages only torch needs (its CUDA libraries, triton...), as canonical names: what the
-    wheelhouse holds because of torch, for the size report."""
+    """torch and everything it requires, recursively (its CUDA libraries, triton...), as canonical names: what the
+    wheelhouse holds because of torch. The rest is what the project needs beyond torch."""
     environment = report.get("environment") or {}
     items = {canonicalize_name(item["metadata"]["name"]): item for item in report.get("install", [])}
-
-    def needs(name: str) -> set[str]:
-        found = set()
+    seen, stack = set(), ["torch"] if "torch" in items else []
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
         for line in items[name]["metadata"].get("requires_dist") or []:
             requirement = _applies(line, environment)
             if requirement is not None and canonicalize_name(requirement.name) in items:
-                found.add(canonicalize_name(requirement.name))
-        return found
-
-    def reachable(roots: set[str], skip: str | None = None) -> set[str]:
-        seen, stack = set(), list(roots)
-        while stack:
-            name = stack.pop()
-            if name in seen or name == skip:
-                continue
-            seen.add(name)
-            stack += needs(name)
-        return seen
-
-    if "torch" not in items:
-        return set()
-    others = reachable({name for name in items if name != "torch"} - reachable({"torch"}), skip="torch")
-    return {"torch"} | (reachable(needs("torch")) - others)
+                stack.append(canonicalize_name(requirement.name))
+    return seen
 
 
 def _pip(*args: str, python: str = sys.executable) -> None:
