@@ -50,27 +50,6 @@ CHECK_EXTRAS ?= dev,vllm
 check-install: install
 	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
 
-# Every file `make install TORCH=... EXTRAS=...` needs, into WHEELHOUSE (sizes printed), for this machine's Python and
-# platform or another's: `make wheelhouse WHEELHOUSE=wheels EXTRAS=dev,vllm [WHEEL_PYTHON=3.12]
-# [WHEEL_PLATFORM=manylinux_2_35_x86_64]`. Installs nothing of the project here (only pip and packaging in the venv).
-# WHEELHOUSE_EXTRAS / WHEELHOUSE_NO_DEPS: the extras and the --no-deps wheels of every install step (default: EXTRAS,
-# none). drgrpo/setup/wheelhouse.py.
-WHEEL_PYTHON ?=
-WHEEL_PLATFORM ?=
-WHEELHOUSE_EXTRAS ?= $(EXTRAS)
-WHEELHOUSE_NO_DEPS ?=
-WHEELHOUSE_TOOLS := $(VENV)/.installed-wheelhouse-tools
-$(WHEELHOUSE_TOOLS):
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip packaging
-	touch $@
-.PHONY: wheelhouse
-wheelhouse: $(WHEELHOUSE_TOOLS)
-	@test -n "$(WHEELHOUSE)" || { echo "make wheelhouse: set WHEELHOUSE=folder (where the files go)"; exit 2; }
-	PYTHONPATH=. $(PY) scripts/wheelhouse.py --dest $(WHEELHOUSE) --torch "$(TORCH)" --extras $(WHEELHOUSE_EXTRAS) \
-		$(if $(WHEEL_PYTHON),--python_version $(WHEEL_PYTHON)) $(if $(WHEEL_PLATFORM),--platform $(WHEEL_PLATFORM)) \
-		$(if $(WHEELHOUSE_NO_DEPS),--no_deps "$(WHEELHOUSE_NO_DEPS)")
-
 demo: install
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py
 
@@ -157,6 +136,27 @@ vllm-serve:
 	@$(PY) -c "import vllm" 2>/dev/null || { echo "vLLM is not installed: make install EXTRAS=dev,vllm (GPU machines only)"; exit 1; }
 	CUDA_VISIBLE_DEVICES=$(VLLM_GPUS) $(VENV)/bin/trl vllm-serve $$($(PY) scripts/plan.py $(VLLM_RECIPE) --vllm_serve_args) \
 		--tensor_parallel_size $(VLLM_TP) --data_parallel_size $$(( $(words $(subst $(comma), ,$(VLLM_GPUS))) / $(VLLM_TP) ))
+
+# Every file `make install TORCH=... EXTRAS=...` needs, into WHEELHOUSE (sizes printed), for this machine's Python and
+# platform or another's: `make wheelhouse WHEELHOUSE=wheels EXTRAS=dev,vllm [WHEEL_PYTHON=3.12]
+# [WHEEL_PLATFORM=manylinux_2_35_x86_64]`. Installs nothing of the project here (only pip and packaging in the venv).
+# WHEELHOUSE_EXTRAS / WHEELHOUSE_NO_DEPS: the extras and the --no-deps wheels of every install step (default: EXTRAS,
+# none). drgrpo/setup/wheelhouse.py.
+WHEEL_PYTHON ?=
+WHEEL_PLATFORM ?=
+WHEELHOUSE_EXTRAS ?= $(EXTRAS)
+WHEELHOUSE_NO_DEPS ?=
+WHEELHOUSE_TOOLS := $(VENV)/.installed-wheelhouse-tools
+$(WHEELHOUSE_TOOLS):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip packaging
+	touch $@
+.PHONY: wheelhouse
+wheelhouse: $(WHEELHOUSE_TOOLS)
+	@test -n "$(WHEELHOUSE)" || { echo "make wheelhouse: set WHEELHOUSE=folder (where the files go)"; exit 2; }
+	PYTHONPATH=. $(PY) scripts/wheelhouse.py --dest $(WHEELHOUSE) --torch "$(TORCH)" --extras $(WHEELHOUSE_EXTRAS) \
+		$(if $(WHEEL_PYTHON),--python_version $(WHEEL_PYTHON)) $(if $(WHEEL_PLATFORM),--platform $(WHEEL_PLATFORM)) \
+		$(if $(WHEELHOUSE_NO_DEPS),--no_deps "$(WHEELHOUSE_NO_DEPS)")
 
 # What Dr.GRPO fixes, measured (docs/bias.md).
 # `make loss-weights REWARDS="1 0 0 1 0 0 0 1" LENGTHS="12 30 8 25 14 6 28 9"`: each token's weight under TRL's grpo,
