@@ -7,6 +7,7 @@ The GPU run itself has not run here (no GPU). What only a GPU shows is listed in
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,10 +117,26 @@ esac
 """
 
 
+INSTALLERS = ("make", "pip", "pip3", "uv")
+
+
 def smoke_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The smoke's environment: a bare PY (`python` found on PATH, the venv's, as `PY=python3 bash
+    scripts/gpu_smoke.sh` would be), and first on PATH a `make`, `pip`, `pip3` and `uv` that record their call in
+    tmp_path/installer_calls and fail (the smoke must never install; see installer_calls)."""
     env = {key: value for key, value in os.environ.items() if key != "CUDA_VISIBLE_DEVICES"}
-    # A bare PY: `python` found on PATH (the venv's), as `PY=python3 bash scripts/gpu_smoke.sh` would be.
-    return {**env, "PATH": f"{VENV_BIN}:{env['PATH']}", "PY": "python", "SMOKE_OUT": str(tmp_path / "smoke"), **extra}
+    trap = tmp_path / "installers"
+    trap.mkdir(exist_ok=True)
+    for name in INSTALLERS:
+        (trap / name).write_text(f'#!/bin/sh\necho "{name} $*" >>"{tmp_path}/installer_calls"\nexit 1\n')
+        (trap / name).chmod(0o755)
+    path = f"{trap}:{VENV_BIN}:{env['PATH']}"
+    return {**env, "PATH": path, "PY": "python", "SMOKE_OUT": str(tmp_path / "smoke"), **extra}
+
+
+def installer_calls(tmp_path: Path) -> str:
+    calls = tmp_path / "installer_calls"
+    return calls.read_text() if calls.exists() else ""
 
 
 def test_gpu_mode_with_two_fake_gpus_pins_one_and_names_why_it_stops(tmp_path):
@@ -146,6 +163,7 @@ def test_gpu_mode_with_two_fake_gpus_pins_one_and_names_why_it_stops(tmp_path):
         assert f"[SKIP] {step:<9} needs a usable GPU (see probe)" in out
     assert "gpu_smoke (gpu): 2 passed, 1 failed, 7 skipped in" in out
     assert not (tmp_path / "smoke").exists()  # stopped before writing anything
+    assert installer_calls(tmp_path) == ""
 
 
 def test_bad_settings_are_reported_not_crashed(tmp_path):
@@ -162,13 +180,53 @@ def test_bad_settings_are_reported_not_crashed(tmp_path):
     assert device.returncode == 1 and "SMOKE_DEVICE must be gpu or cpu, not 'tpu'" in device.stdout
 
 
+# A command that installs: make (its targets depend on `install`), pip, uv; at a command's start or after `-m`.
+INSTALL_CALL = re.compile(r"(^|[;&|({]|\$\(|\b(then|do|else)\b)\s*(make|pip3?|uv)\b|-m\s+pip\b")
+
+
+def install_calls(script: str) -> list[str]:
+    """The lines of a bash script that call an installer, quoted strings and comments left out (the messages that
+    tell the user to run `make install` are strings)."""
+    found = []
+    for number, line in enumerate(script.splitlines(), 1):
+        code = re.sub(r"(^|\s)#.*", "", re.sub(r'"[^"]*"', '""', line))
+        if INSTALL_CALL.search(code):
+            found.append(f"{number}: {line.strip()}")
+    return found
+
+
+def test_the_smoke_never_installs():
+    """No make target (its `make eval` step reinstalled when the install stamp differed) and no pip."""
+    assert install_calls(SCRIPT.read_text()) == []
+    sample = 'x\n  make eval MODEL=m\nreport a "make install"  # make\nif "$PY" -m pip install y; then make; fi\n'
+    assert install_calls(sample) == ["2: make eval MODEL=m", '4: if "$PY" -m pip install y; then make; fi']
+
+
+def network_can_be_cut() -> bool:
+    """`unshare -n` (root or user namespaces) with `ip` to bring the new namespace's loopback up: accelerate's
+    rendezvous uses 127.0.0.1, which an air-gapped node has, but a fresh network namespace has down."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    return subprocess.run(["unshare", "-n", "ip", "link", "set", "lo", "up"], capture_output=True).returncode == 0
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_cpu_mode_passes_and_skips_every_gpu_only_step_with_its_reason(tmp_path):
     """Every step that runs on CPU passes (loss finite and changing, ZeRO-3 engaged, the ZeRO-3-saved untied model
-    reloads and generates, the evaluation); the GPU-only ones are skipped, each with its reason. PY is a bare name."""
+    reloads and generates, the evaluation); the GPU-only ones are skipped, each with its reason. PY is a bare name.
+    Where the network can be cut (`unshare -n`, loopback only), it runs there: no hub, no PyPI, as on a bare node."""
     env = smoke_env(tmp_path, SMOKE_DEVICE="cpu", SMOKE_STEPS="2", OMP_NUM_THREADS="1")
-    result = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    command = ["bash", str(SCRIPT)]
+    if network_can_be_cut():
+        probe = "import socket; socket.create_connection(('pypi.org', 443), timeout=5)"
+        cut = (
+            "ip link set lo up || exit 3\n"
+            f'if "{sys.executable}" -c "{probe}" 2>/dev/null; then echo "the network is not cut" >&2; exit 3; fi\n'
+            'exec "$@"\n'
+        )
+        command = ["unshare", "-n", "sh", "-c", cut, "sh", *command]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     out = result.stdout
     assert result.returncode == 0, out[-4000:] + result.stderr[-2000:]
     assert "[SKIP] pin       GPU-only: CPU mode uses no GPU" in out
@@ -181,3 +239,4 @@ def test_cpu_mode_passes_and_skips_every_gpu_only_step_with_its_reason(tmp_path)
     assert "[PASS] eval      64 samples" in out
     assert "gpu_smoke (cpu): 7 passed, 0 failed, 3 skipped in" in out
     assert (tmp_path / "smoke" / "zero3" / "model.safetensors").is_file()
+    assert installer_calls(tmp_path) == ""  # no make, pip or uv on PATH was called
