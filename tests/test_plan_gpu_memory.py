@@ -144,6 +144,13 @@ def test_the_shipped_8b_recipe_warns_that_generation_is_kv_bound():
     text = format_report(report)
     assert "KV cache 7.2 GiB = 12 sequences of 4,096 tokens (147,456 bytes per token) for 128 requests" in text
     assert "activations with gradient checkpointing 33.7 GiB" in text and "<- this run" in text
+    # 30k-token completions: one sequence at a time (and far too many activations to train)
+    long = plan_recipe(
+        ROOT / "recipes/qwen3_8b_drgrpo.yaml",
+        overrides=["--max_completion_length", "30000", "--vllm_max_model_length", "32000"],
+    )
+    assert "KV cache 7.2 GiB = 1 sequence of 32,000 tokens" in format_report(long)
+    assert [error.key for error in long.errors] == ["memory"]
     # The 1.5B recipe's KV cache holds all 128 requests at once: no warning.
     math = plan_recipe(ROOT / "recipes/qwen2.5_math_1.5b_drgrpo.yaml")
     assert not [f for f in math.findings if f.key == "vllm_gpu_memory_utilization"]

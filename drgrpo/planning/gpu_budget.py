@@ -20,6 +20,10 @@ def gib(value: int) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
+def _sequences(count: int) -> str:
+    return f"{count} sequence" if count == 1 else f"{count} sequences"
+
+
 @dataclass(frozen=True)
 class GpuBudget:
     """The terms of one GPU's memory; peaks are sums of them."""
@@ -93,7 +97,7 @@ def vllm_findings(vllm: VllmMemory, gpu_bytes: int, model: str, requests: str) -
             "warning",
             "vllm_gpu_memory_utilization",
             f"Generation is KV-bound: vLLM's KV cache ({gib(vllm.kv_cache)} per GPU, {vllm.kv_bytes_per_token:,} bytes "
-            f"per token) holds {vllm.concurrent_sequences} sequences of {vllm.max_model_len:,} tokens at once, and "
+            f"per token) holds {_sequences(vllm.concurrent_sequences)} of {vllm.max_model_len:,} tokens at once, and "
             f"each engine gets {vllm.max_num_seqs} requests per rollout ({requests}): up to {waves} waves when "
             "completions run long.",
             "fewer requests per engine (more GPUs, a smaller per_device_train_batch_size x steps_per_generation) or a "
@@ -147,7 +151,7 @@ def budget_lines(budget: GpuBudget) -> list[str]:
         lines += [
             f"  generation: colocated vLLM, vllm_gpu_memory_utilization {vllm.utilization} = {gib(vllm.budget)}:",
             f"    weights {gib(vllm.weights)}, profile run {gib(vllm.profile)}, runtime reserve {gib(vllm.reserve)}",
-            f"    KV cache {gib(max(0, vllm.kv_cache))} = {vllm.concurrent_sequences} sequences of "
+            f"    KV cache {gib(max(0, vllm.kv_cache))} = {_sequences(vllm.concurrent_sequences)} of "
             f"{vllm.max_model_len:,} tokens ({vllm.kv_bytes_per_token:,} bytes per token) for {vllm.max_num_seqs} "
             "requests per rollout",
             f"    peak: states + vLLM = {gib(budget.generation_peak)}",
