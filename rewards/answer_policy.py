@@ -49,6 +49,11 @@ _BARE_SYMBOL_SPAN = re.compile(r"\$\s*(\\[A-Za-z]+|[A-Za-z])\s*\$")
 _END_ALIGNED = re.compile(r"\\end\{(?:align|aligned|alignat|eqnarray|gather|gathered|split)\*?\}")
 # An equals sign that separates the steps of a derivation (not <=, >=, !=, \leq, ...).
 _ROW_EQUALS = re.compile(r"(?<![<>!\\])=")
+# An empty box or math span states nothing (`The answer is \\boxed{}.`): dropped before the region is chosen.
+_EMPTY_BOX = re.compile(r"(?P<open>\$\$|\$)?\s*\\(?:boxed|fbox)\s*\{\s*\}\s*(?(open)(?P=open))")
+_EMPTY_SPAN = re.compile(r"\\\(\s*\\\)|\\\[\s*\\\]")
+# Where a sentence begins: after sentence punctuation followed by a space, or after a line break.
+_SENTENCE_START = re.compile(r"[.!?]\s+|\n")
 # A line that can hold a final answer: a digit or a math delimiter.
 _MATH_LINE = re.compile(r"\d|\$|\\[([\])]|\\frac|\\sqrt|\\pi|\\infty")
 
@@ -145,18 +150,34 @@ def _move_punctuation_out(text: str) -> str:
 
 
 def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
-    """Where a completion without a box states its answer: from its last "answer" phrase to the end, when that is at
-    most `max_chars` long; else its last line holding a digit or math (with the display-math block it closes), cut to
-    its last `max_chars` characters; the last row of an `align`-like environment as a display (`aligned_row`). None
-    if no line holds any.
+    """Where a completion without a box states its answer, or None if no line holds a digit or math.
+
+    - From its last "answer" phrase to the end, when that is at most `max_chars` long and holds a digit or math.
+    - Else, when the phrase's sentence states the answer before the phrase (`141 is indeed the answer.`, `Thus
+      $x <= 2$ is our answer.`), that sentence.
+    - Else (no phrase, or a phrase with nothing to read: `The answer is \\boxed{}.`, `that is the answer because
+      adding zero changes nothing.`), its last line holding a digit or math (with the display-math block it closes),
+      cut to its last `max_chars` characters; the last row of an `align`-like environment as a display
+      (`aligned_row`).
+
+    Empty boxes and empty math spans are dropped first: they state nothing.
     """
+    text = _EMPTY_SPAN.sub("", _EMPTY_BOX.sub("", text[-4 * max_chars :]))
     tail = text[-(max_chars + 64) :]
     phrase = None
     for phrase in _ANSWER_PHRASE.finditer(tail):  # noqa: B007 - only the last match is wanted
         pass
     if phrase is not None and len(tail) - phrase.start() <= max_chars:
-        return tail[phrase.start() :].strip()
-    lines = text[-4 * max_chars :].rstrip().split("\n")
+        region = tail[phrase.start() :].strip()
+        if _MATH_LINE.search(region):
+            return region
+        sentence_start = 0
+        for sentence_start in _SENTENCE_START.finditer(tail, 0, phrase.start()):  # noqa: B007 - the last one
+            pass
+        start = sentence_start.end() if sentence_start else 0
+        if _MATH_LINE.search(tail, start, phrase.start()):
+            return tail[start:].strip()
+    lines = text.rstrip().split("\n")
     for index in range(len(lines) - 1, -1, -1):
         if not _MATH_LINE.search(lines[index]):
             continue

@@ -17,6 +17,7 @@ import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from math_verify.parser import extract_target_from_pred, lazy_expr_regex, lazy_latex_regex
 
+from rewards.echoes import is_echo, is_plain_number
 from rewards.extract import answer_variants
 
 # The caller enforces the time limit; tell math-verify not to warn that its own is off.
@@ -105,27 +106,39 @@ def parsed_gold(gold: str) -> tuple[list, ...] | None:
     return readings if any(readings) else None
 
 
-def verify_answer(gold: str, answer: str, kind: str = "latex", context: str | None = None) -> bool | None:
+def verify_answer(
+    gold: str, answer: str, kind: str = "latex", context: str | None = None, question: tuple[str, ...] = ()
+) -> bool | None:
     """True if `answer` equals `gold` under math-verify in any of their readings (`50\\%` is also read as `50`).
 
     None if the gold cannot be parsed. Both strings are normalised (`rewards.extract`). `context` (lenient mode): a
-    completion tail whose last LaTeX span is read when `answer` yields nothing.
+    completion tail whose last LaTeX span is read when `answer` yields nothing. `question`: the numbers of the
+    question (`rewards.echoes.question_numbers`), for the echo rule.
     """
-    return verify_reading(gold, answer, kind, context)[0]
+    return verify_reading(gold, answer, kind, context, question)[0]
 
 
 def verify_reading(
-    gold: str, answer: str, kind: str = "latex", context: str | None = None
+    gold: str, answer: str, kind: str = "latex", context: str | None = None, question: tuple[str, ...] = ()
 ) -> tuple[bool | None, str | None]:
     """`(verdict, reading)`: `verify_answer`'s verdict, and for free text (`kind` `text`/`number`) the answer that
-    math-verify read in it, as LaTeX ("" if it read none: the completion has no answer); None for a boxed answer."""
+    math-verify read in it, as LaTeX ("" if it read none: the completion has no answer); None for a boxed answer.
+
+    Against a gold that is a number, an answer that restates arithmetic instead of its result (`17 + 21`, and with
+    `question` known, a power or root of the question's own numbers) is not credited: `rewards.echoes`."""
     golds = parsed_gold(gold)
     if golds is None:
         return None, None
     targets = [parse_answer(variant, kind) for variant in _readings(answer, kind)]
     if not any(targets) and context:
         targets = [parse_latex_spans(variant) for variant in _readings(context, "text")]
-    verdict = any(target and any(verify(g, target, timeout_seconds=None) for g in golds if g) for target in targets)
+    numeric_gold = any(g and is_plain_number(g[0]) for g in golds)
+    verdict = any(
+        target
+        and not (numeric_gold and is_echo(target[0], question))
+        and any(verify(g, target, timeout_seconds=None) for g in golds if g)
+        for target in targets
+    )
     if kind == "latex":
         return verdict, None
     return verdict, next((_as_latex(target[0], answer) for target in targets if target), "")

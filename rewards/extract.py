@@ -39,6 +39,8 @@ _THOUSANDS = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?|[-+]?[1-9]\d{0,
 _ITEM_COMMA = re.compile(r"(?<=\d),(?=\d)")
 # A bold number written digit by digit (`\mathbf{3 9 2}`, OlympiadBench's style) is one number.
 _SPACED_BOLD_DIGITS = re.compile(r"\\mathbf\{\s*(\d(?:\s\d)+)\s*\}")
+# Markdown bold (`The sum is **144**.`), as small models write a final answer.
+_MARKDOWN_BOLD = re.compile(r"\*\*([^*\n]{1,200}?)\*\*")
 # Digits joined by commas or single spaces: a thousands-separated number or a list of items (see `normalize_region`).
 _DIGIT_GROUPS = re.compile(
     r"(?<![\d.,])[-+]?\d+(?:,\d+)+(?:\.\d+)?(?![\d,])|(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?![\d.,])"
@@ -134,15 +136,17 @@ def _boxes_backwards(text: str, max_chars: int) -> Iterator[tuple[int, int, str]
             stop = i + len(content or "")
         else:
             content = None
-        if content is not None:
+        if content is not None and content.strip():  # an empty box (`\\boxed{}`) is no answer, and no verdict
             yield start, stop, content
 
 
 def last_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
     """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) in `text`.
 
-    Unclosed or over-long groups are skipped, so a completion truncated inside `\\boxed{` falls back to its previous
-    boxed answer. At most `MAX_BOXED_TRIES` occurrences are examined, each within a `max_chars` window.
+    Empty boxes (`\\boxed{}`, `\\boxed{ }`) are skipped as if absent: `7 + 5 = 12. The answer is \\boxed{}.` is
+    read without its box, so a right unboxed answer is not cancelled. Unclosed or over-long groups are skipped, so a
+    completion truncated inside `\\boxed{` falls back to its previous boxed answer. At most `MAX_BOXED_TRIES`
+    occurrences are examined, each within a `max_chars` window.
     """
     return next((content for _, _, content in _boxes_backwards(text, max_chars)), None)
 
@@ -239,12 +243,13 @@ def normalize_answer(text: str) -> str:
 def normalize_region(text: str) -> str:
     """Normalise free text (a final-answer line, an `<answer>` tag) before math-verify reads it.
 
-    `\\mathbf{3 9 2}` becomes `392`. Thousands separators become plain digits where they are separators
+    Markdown bold loses its stars (`**144**` is 144: a number glued to `**` is no whole token). `\\mathbf{3 9 2}`
+    becomes `392`. Thousands separators become plain digits where they are separators
     (`1,000`, `1 000`, `10{,}000`, `10\\,000`),
     except right inside brackets (`[1,100]` is an interval); every other comma between digits becomes an item
     separator (`0,111` -> `0, 111`), so that no decimal comma is guessed.
     """
-    text = _LATEX_THOUSANDS.sub("", text.strip())
+    text = _MARKDOWN_BOLD.sub(r"\1", _LATEX_THOUSANDS.sub("", text.strip()))
     text = _SPACED_BOLD_DIGITS.sub(lambda m: re.sub(r"\s+", "", m.group(1)), text)
     return _DIGIT_GROUPS.sub(_digit_group, text)
 

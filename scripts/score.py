@@ -12,7 +12,7 @@ from transformers import HfArgumentParser
 
 from drgrpo.errors import run_main
 from rewards import RewardArguments, get_reward_funcs
-from rewards.scoring import ScoreArguments, flagged_rows, load_rows, score_rows, summarize
+from rewards.scoring import ScoreArguments, flagged_rows, load_rows, score_rows, summarize, truncated_flags
 
 
 def main() -> None:
@@ -25,7 +25,17 @@ def main() -> None:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    results = score_rows(rows, funcs, args.completion_column, args.answer_column, tokenizer, args.batch_size)
+    truncated = truncated_flags(rows, args.truncated_column, args.truncated_as_wrong)
+    results = score_rows(
+        rows,
+        funcs,
+        args.completion_column,
+        args.answer_column,
+        tokenizer,
+        args.batch_size,
+        truncated,
+        args.truncated_as_wrong,
+    )
     names = [f.__name__ for f in funcs]
     output = Path(args.output or Path(args.input).with_suffix(".scored.jsonl"))
     with output.open("w") as f:
@@ -36,6 +46,11 @@ def main() -> None:
         mean = "n/a" if stats["mean"] is None else f"{stats['mean']:.4f}"
         share = "n/a" if stats["share_1.0"] is None else f"{stats['share_1.0']:.2%}"
         print(f"{name}: mean {mean}, scored 1.0: {share}, None: {stats['none']}, failures: {stats['failures']}")
+        if stats["truncated"]:
+            rule = (
+                "counted wrong" if args.truncated_as_wrong else "graded as they are; --truncated_as_wrong counts them 0"
+            )
+            print(f"  {stats['truncated']} truncated rows ({rule}): {stats['truncated_1.0']} scored 1.0")
     flagged = flagged_rows(results, names)
     print(f"{len(flagged)} rows scored None or failed" + (f" (first {args.show}):" if flagged else "."))
     for result in flagged[: args.show]:
