@@ -21,12 +21,12 @@ from datasets import Dataset
 from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-import drgrpo.trainer
-from drgrpo.config import DrGRPOConfig
-from drgrpo.diagnostics import DiagnosticsCallback
-from drgrpo.tasks import write_addition_task
-from drgrpo.tiny import build_tiny_model
-from drgrpo.trainer import DrGRPOTrainer
+import drgrpo.algorithm.trainer
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.trainer import DrGRPOTrainer
+from drgrpo.experiments.tasks import write_addition_task
+from drgrpo.experiments.tiny import build_tiny_model
+from drgrpo.observe.diagnostics import DiagnosticsCallback
 from rewards import get_reward_funcs
 
 
@@ -97,15 +97,15 @@ def run_once(
     if isinstance(trainer, DrGRPOTrainer):
         instrument(trainer, own)
         # The advantage override calls these two through the trainer module's namespace.
-        originals = {name: getattr(drgrpo.trainer, name) for name in ("combine_rewards", "group_advantages")}
+        originals = {name: getattr(drgrpo.algorithm.trainer, name) for name in ("combine_rewards", "group_advantages")}
         for name, function in originals.items():
-            setattr(drgrpo.trainer, name, own.wrap(function))
+            setattr(drgrpo.algorithm.trainer, name, own.wrap(function))
     try:
         trainer.train()
     finally:
         if isinstance(trainer, DrGRPOTrainer):
             for name, function in originals.items():
-                setattr(drgrpo.trainer, name, function)
+                setattr(drgrpo.algorithm.trainer, name, function)
     return timer.durations[1:], own.seconds
 
 

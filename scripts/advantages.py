@@ -6,8 +6,8 @@ make advantages REWARDS="0.9 0.2 0.5 0.7 0.1 0.3 0.8 0.4"
 
 import argparse
 
-from drgrpo.advantages import advantage_table
-from drgrpo.errors import run_main
+from drgrpo.algorithm.advantages import advantage_table
+from drgrpo.core.errors import run_main
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ outputs/bias/{curves.png,summary.md,summary.json} (docs/bias.md).
 import argparse
 import logging
 
-from drgrpo.bias.experiment import BiasSettings, run_bias
-from drgrpo.bias.mechanism import MechanismSettings
+from drgrpo.experiments.bias.experiment import BiasSettings, run_bias
+from drgrpo.experiments.bias.mechanism import MechanismSettings
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ python scripts/check_install.py --pip_args "torch==2.13.0" --extras dev,vllm
 python scripts/check_install.py --report report.json     # check a saved `pip install --dry-run --report` instead
 
 Checks vLLM against the range TRL supports, torch against the release asked for, and the requirements vLLM, torch,
-transformers, TRL and this project state on each other (drgrpo/install_check.py). Exits 1 on a problem.
+transformers, TRL and this project state on each other (drgrpo/setup/install_check.py). Exits 1 on a problem.
 """
 
 import argparse
@@ -13,8 +13,8 @@ import json
 import shlex
 from pathlib import Path
 
-from drgrpo.errors import run_main
-from drgrpo.install_check import check_report, format_versions, resolve, torch_request, trl_vllm_range
+from drgrpo.core.errors import run_main
+from drgrpo.setup.install_check import check_report, format_versions, resolve, torch_request, trl_vllm_range
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,8 +7,8 @@ model and data, evaluate both on held-out problems, write outputs/compare/{curve
 import argparse
 import logging
 
-from drgrpo.comparison import CompareSettings, run_comparison
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
+from drgrpo.experiments.comparison import CompareSettings, run_comparison
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
 from drgrpo.evaluation import PAPER_RESULTS, comparison_table, find_summaries
 
 

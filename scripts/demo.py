@@ -6,8 +6,8 @@ python scripts/demo.py [--output_dir outputs/demo] [--seed 0] [-- --max_steps 20
 import argparse
 import logging
 
-from drgrpo.demo import DemoSettings, format_table, run_demo
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
+from drgrpo.experiments.demo import DemoSettings, format_table, run_demo
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import sys
 
 from transformers import HfArgumentParser
 
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
 from drgrpo.evaluation import EvalArguments, run_evaluation, summary_markdown
 
 

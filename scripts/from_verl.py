@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from drgrpo.errors import run_main
-from drgrpo.verl import convert_verl, format_recipe, read_verl_config
+from drgrpo.core.errors import run_main
+from drgrpo.recipe.verl import convert_verl, format_recipe, read_verl_config
 
 
 def main() -> int:

@@ -9,7 +9,7 @@
 # 2. a few Dr.GRPO steps with scripts/train.py recipes/tiny_drgrpo.yaml (bf16, transformers generation);
 # 3. the same through `accelerate launch` with DeepSpeed ZeRO-3 on 1 process (accelerate_configs/zero3.yaml);
 # 4. `make eval` of the trained model with the transformers backend;
-# 5. prints the throughput of each (drgrpo/smoke.py) and the total time.
+# 5. prints the throughput of each (drgrpo/setup/smoke.py) and the total time.
 # Settings: SMOKE_OUT (outputs/gpu_smoke), SMOKE_STEPS (8), PY (.venv/bin/python), SMOKE_MAKE (make).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +48,7 @@ RUN_ARGS=(--dataset_path "$OUT/data/train.jsonl" --model_name_or_path "$OUT/base
 echo "== gpu_smoke ($DEVICE): building the tiny model and task in $OUT"
 rm -rf "$OUT"
 "$PY" scripts/make_tiny_model.py "$OUT/base" > /dev/null
-"$PY" -c "from drgrpo.tasks import write_addition_task; write_addition_task('$OUT/data', num_test=64, seed=0)"
+"$PY" -c "from drgrpo.experiments.tasks import write_addition_task; write_addition_task('$OUT/data', num_test=64, seed=0)"
 
 echo "== train: $STEPS Dr.GRPO steps, one process"
 "$PY" scripts/train.py recipes/tiny_drgrpo.yaml "${RUN_ARGS[@]}" --output_dir "$OUT/train" > "$OUT/train.log" 2>&1 \
@@ -68,7 +68,7 @@ $MAKE -s eval MODEL="$OUT/train" BENCH="$OUT/data/test.jsonl" EVAL_RECIPE=recipe
 eval_seconds=$("$PY" -c "import time; print(time.time() - $eval_start)")
 
 echo "== throughput ($DEVICE)"
-"$PY" -m drgrpo.smoke --train "train=$OUT/train" --train "zero3=$OUT/zero3" --completions_per_step "$BATCH" \
+"$PY" -m drgrpo.setup.smoke --train "train=$OUT/train" --train "zero3=$OUT/zero3" --completions_per_step "$BATCH" \
   --eval_samples "$OUT/eval/samples.jsonl" --eval_seconds "$eval_seconds"
 total=$((SECONDS - start))
 echo "gpu_smoke ($DEVICE): OK in ${total} s$( ((total > 300)) && echo ' (over the 5-minute target)')"

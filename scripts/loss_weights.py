@@ -7,7 +7,7 @@ make loss-weights REWARDS="1 0 0 1 0 0 0 1" LENGTHS="12 30 8 25 14 6 28 9"
 
 import argparse
 
-from drgrpo.bias.loss_weights import advantage_mass_table, group_loss_weights, loss_weight_table
+from drgrpo.experiments.bias.loss_weights import advantage_mass_table, group_loss_weights, loss_weight_table
 
 
 def main() -> None:

@@ -5,8 +5,8 @@ python scripts/make_tiny_model.py outputs/tiny-model [--seed 0]
 
 import argparse
 
-from drgrpo.errors import run_main
-from drgrpo.tiny import build_tiny_model
+from drgrpo.core.errors import run_main
+from drgrpo.experiments.tiny import build_tiny_model
 
 
 def main() -> None:

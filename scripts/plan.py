@@ -13,10 +13,10 @@ import argparse
 import shlex
 import sys
 
-from drgrpo.errors import RecipeError, run_main
-from drgrpo.launch import vllm_serve_args
+from drgrpo.core.errors import RecipeError, run_main
 from drgrpo.planning import DEFAULT_GPU_MEMORY_GIB, format_report, plan_recipe
-from drgrpo.recipe_file import read_recipe
+from drgrpo.planning.slurm import vllm_serve_args
+from drgrpo.recipe.file import read_recipe
 
 
 def main() -> int:

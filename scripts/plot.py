@@ -6,8 +6,8 @@ groups, entropy, KL, clip fraction, truncation and learning rate, from each run'
 
 import argparse
 
-from drgrpo.errors import run_main
-from drgrpo.plotting import load_log_history, plot_runs, run_labels
+from drgrpo.core.errors import run_main
+from drgrpo.observe.plotting import load_log_history, plot_runs, run_labels
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
 from rewards import RewardArguments, get_reward_funcs
 from rewards.scoring import ScoreArguments, flagged_rows, load_rows, score_rows, summarize, truncated_flags
 

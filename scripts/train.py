@@ -12,8 +12,9 @@ A mistake in the recipe or command line prints one error with its fix; --traceba
 import logging
 import sys
 
-from drgrpo.cli import explain_recipe, parse_recipe, require_recipe
-from drgrpo.errors import run_main
+from drgrpo.core.errors import run_main
+from drgrpo.recipe.cli import parse_recipe, require_recipe
+from drgrpo.recipe.preflight import explain_recipe
 
 
 def main() -> None:
@@ -40,7 +41,7 @@ def main() -> None:
             )
             return
     script_args, training_args, model_args = parse_recipe(argv)
-    from drgrpo.training import train  # torch, TRL: imported once the recipe has passed its checks
+    from drgrpo.run.training import train  # torch, TRL: imported once the recipe has passed its checks
 
     train(script_args, training_args, model_args)
 

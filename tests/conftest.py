@@ -21,7 +21,7 @@ PYTHON = sys.executable
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> Path:
     """A random-weight tiny Qwen3 model + tokenizer folder, built once per test session."""
-    from drgrpo.tiny import build_tiny_model
+    from drgrpo.experiments.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), seed=0)
 
@@ -29,7 +29,7 @@ def tiny_model_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def addition_data(tmp_path_factory) -> dict:
     """The demo's addition task as train/test jsonl files."""
-    from drgrpo.tasks import write_addition_task
+    from drgrpo.experiments.tasks import write_addition_task
 
     return write_addition_task(tmp_path_factory.mktemp("addition"), max_operand=19, num_test=50)
 
@@ -44,7 +44,7 @@ def unprivileged_tree() -> Path:
     """
     folder = Path(tempfile.mkdtemp(prefix="drgrpo-unprivileged-"))
     try:
-        for package in ("rewards", "drgrpo"):  # rewards imports drgrpo.errors
+        for package in ("rewards", "drgrpo"):  # rewards imports drgrpo.core.errors
             shutil.copytree(ROOT / package, folder / package, ignore=shutil.ignore_patterns("__pycache__"))
         (folder / "tests").mkdir()
         shutil.copy(ROOT / "tests" / "code_sandbox_probe.py", folder / "tests" / "code_sandbox_probe.py")

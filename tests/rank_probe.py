@@ -5,14 +5,14 @@ Used as the training script of an `accelerate launch`:
     RANK_PROBE_DIR=/tmp/probe accelerate launch --config_file accelerate_configs/zero3_cpu.yaml \\
         tests/rank_probe.py recipes/tiny_drgrpo.yaml --reward_funcs probe_digits ...
 
-Before handing over to `scripts/train.py` (run as `__main__`, so the real parse -> `drgrpo.training.train` path
+Before handing over to `scripts/train.py` (run as `__main__`, so the real parse -> `drgrpo.run.training.train` path
 runs), it installs two test-only things:
 - the reward names `probe_digits` (`digit_reward`) and `probe_half_digits` (`half_digit_reward`, all-equal groups
   for half the prompts, for dynamic sampling), used when one is the run's only reward. The randomly initialised
   tiny model never answers the addition task, so `accuracy` is 0 for every completion, every advantage is 0 and
   nothing would train; the share of digit characters varies between completions, so groups have spread, the
   advantages are non-zero and the weights move.
-- `ProbeTrainer` in place of `DrGRPOTrainer` inside `drgrpo.training`: it behaves identically and writes
+- `ProbeTrainer` in place of `DrGRPOTrainer` inside `drgrpo.run.training`: it behaves identically and writes
   `rank<i>.json` into `$RANK_PROBE_DIR` at the end of training with, per rank: how each parameter is partitioned
   at the start and after the last optimizer step (DeepSpeed's `ds_numel` vs the local partition `ds_tensor.numel()`
   and the size of the gathered `.data`), the final values of the local partitions of `PARTITION_SAMPLES`, every
@@ -115,7 +115,7 @@ class _PartitionCallback(TrainerCallback):
 
 
 def _probe_trainer_class():
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
 
     class ProbeTrainer(DrGRPOTrainer):
         """`DrGRPOTrainer` that also records what each rank saw (nothing it computes is changed)."""
@@ -164,9 +164,9 @@ ProbeTrainer = None  # the class is built lazily so that importing this module f
 
 
 def install() -> None:
-    """Register `probe_digits` and swap `DrGRPOTrainer` for `ProbeTrainer` in `drgrpo.training`."""
+    """Register `probe_digits` and swap `DrGRPOTrainer` for `ProbeTrainer` in `drgrpo.run.training`."""
     global ProbeTrainer
-    import drgrpo.training as training
+    import drgrpo.run.training as training
 
     ProbeTrainer = _probe_trainer_class()
     training.get_reward_funcs = with_probe_reward(training.get_reward_funcs)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trl.trainer.utils import nanstd
 
-from drgrpo.advantages import advantage_table, combine_rewards, group_advantages
+from drgrpo.algorithm.advantages import advantage_table, combine_rewards, group_advantages
 
 BINARY = [1, 0, 1, 1, 0, 0, 1, 0]
 NON_BINARY = [0.9, 0.2, 0.5, 0.7, 0.1, 0.3, 0.8, 0.4]

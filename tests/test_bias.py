@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from conftest import PYTHON, ROOT
 
-from drgrpo.bias.mechanism import TailProbe, expected_tail_length, mean_and_standard_error
-from drgrpo.bias.report import (
+from drgrpo.experiments.bias.mechanism import TailProbe, expected_tail_length, mean_and_standard_error
+from drgrpo.experiments.bias.report import (
     MECHANISM_KEYS,
     RUN_KEYS,
     edge_means,
@@ -22,7 +22,7 @@ from drgrpo.bias.report import (
     summary_json,
     summary_markdown,
 )
-from drgrpo.bias.task import guess_checks_out, guessed_answer, split_completion, tail_demonstrations
+from drgrpo.experiments.bias.task import guess_checks_out, guessed_answer, split_completion, tail_demonstrations
 from rewards.grading import grade_batch
 
 

@@ -10,7 +10,7 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
-from drgrpo.bias.loss_weights import (
+from drgrpo.experiments.bias.loss_weights import (
     advantage_mass,
     advantage_mass_table,
     group_loss_weights,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from drgrpo.config import ScriptArguments
 from drgrpo.data import load_prompt_dataset
+from drgrpo.run.arguments import ScriptArguments
 from rewards.code.taskset import TASKS_FILE, load_task_set
 
 ROOT = Path(__file__).resolve().parents[1]

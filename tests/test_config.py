@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from drgrpo.cli import parse_recipe
-from drgrpo.config import DrGRPOConfig
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.recipe.cli import parse_recipe
 
 
 def make(**kwargs) -> DrGRPOConfig:
@@ -152,13 +152,13 @@ def test_std_convention_that_does_not_act_is_a_warning_naming_why(settings, why)
 def test_trainer_logs_the_inactive_setting_warning(tiny_model_path, tmp_path, caplog):
     from datasets import Dataset
 
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
     from rewards import accuracy
 
     args = make(output_dir=str(tmp_path), scale_rewards="batch", advantage_std_ddof=0, report_to="none",
                 num_generations=4, per_device_train_batch_size=4, max_completion_length=4)  # fmt: skip
     dataset = Dataset.from_list([{"prompt": "1+1=", "answer": "2"}] * 4)
-    with caplog.at_level("WARNING", logger="drgrpo.trainer"):
+    with caplog.at_level("WARNING", logger="drgrpo.algorithm.trainer"):
         DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[accuracy], args=args, train_dataset=dataset)
     messages = [r.getMessage() for r in caplog.records]
     assert any("advantage_std_ddof=0 set but not applied" in msg and "batch scaling" in msg for msg in messages)

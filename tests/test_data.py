@@ -16,7 +16,6 @@ import pytest
 from conftest import ROOT
 from datasets import Dataset
 
-from drgrpo.cli import parse_recipe
 from drgrpo.data import (
     DataArguments,
     Example,
@@ -35,8 +34,9 @@ from drgrpo.data import (
     sample_rows,
     unparseable_indices,
 )
-from drgrpo.templates import render_prompt
-from drgrpo.tiny import build_tokenizer
+from drgrpo.data.templates import render_prompt
+from drgrpo.experiments.tiny import build_tokenizer
+from drgrpo.recipe.cli import parse_recipe
 
 # Rows shaped like MATH (hendrycks/competition_math, as in DigitalLearningGmbH/MATH-lighteval): no answer column,
 # the gold answer is the last \boxed{} of the solution, and `level` is a string "Level N".

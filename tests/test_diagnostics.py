@@ -10,9 +10,9 @@ import pytest
 import torch
 from datasets import Dataset
 
-from drgrpo import diagnostics as d
-from drgrpo import metric_names as m
-from drgrpo.config import DrGRPOConfig
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.observe import diagnostics as d
+from drgrpo.observe import metric_names as m
 
 NAN = math.nan
 
@@ -145,7 +145,7 @@ def test_callback_warns_once_per_kind_with_the_checklist_row(caplog):
     callback = d.DiagnosticsCallback(settings)
     healthy = {"frac_reward_zero_std": 0.3, m.TRUNCATION_RATE: 0.05, "entropy": 0.8, "clip_ratio/region_mean": 0.01}
     stuck = {**healthy, "frac_reward_zero_std": 0.95, m.TRUNCATION_RATE: 0.6}
-    with caplog.at_level(logging.WARNING, logger="drgrpo.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="drgrpo.observe.diagnostics"):
         feed(callback, [healthy] * 4)
         assert caplog.records == []
         feed(callback, [stuck] * 2)
@@ -156,14 +156,14 @@ def test_callback_warns_once_per_kind_with_the_checklist_row(caplog):
     assert any("all-equal rewards" in m and "reward does not move" in m for m in messages)
     assert any("max_completion_length" in m for m in messages)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="drgrpo.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="drgrpo.observe.diagnostics"):
         feed(callback, [{**healthy, "entropy": 0.01}] * 3 + [{**healthy, "clip_ratio/region_mean": 0.3}])
     kinds = " ".join(record.getMessage() for record in caplog.records)
     assert "entropy collapses" in kinds and "clip fraction jumped to 0.3" in kinds
 
 
 def test_callback_off_switch(tiny_model_path, tmp_path):
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
     from rewards import accuracy
 
     dataset = Dataset.from_list([{"prompt": "1+1=", "answer": "2"}] * 8)
@@ -178,7 +178,7 @@ def test_callback_off_switch(tiny_model_path, tmp_path):
 
 def test_vllm_sampler_ratio_is_logged_next_to_the_first_update_ratio(tiny_model_path, tmp_path):
     """The vLLM branch without vLLM: the probe's logging gets TRL-shaped inputs holding both reference log-probs."""
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
     from rewards import accuracy
 
     dataset = Dataset.from_list([{"prompt": "1+1=", "answer": "2"}] * 8)
@@ -205,7 +205,7 @@ def first_char_even(completions, **kwargs) -> list[float]:
 
 
 def test_trainer_logs_diagnostics_consistent_with_trl(tiny_model_path, addition_data, tmp_path):
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
 
     rows = [json.loads(line) for line in open(addition_data["train"])][:64]
     dataset = Dataset.from_list([{"prompt": r["question"], "answer": r["answer"]} for r in rows])

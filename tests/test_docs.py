@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from drgrpo.cli import _known_keys, make_parser
-from drgrpo.config import DrGRPOConfig, ScriptArguments
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.recipe.cli import _known_keys, make_parser
+from drgrpo.run.arguments import ScriptArguments
 
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -64,8 +65,8 @@ def paths_named(text: str) -> set[str]:
 
 
 def modules_named(text: str) -> set[str]:
-    """Dotted names in the page's code that start with our packages (`drgrpo.advantages.group_advantages`), and the
-    names imported from them (`from drgrpo.planning import plan_recipe` -> drgrpo.planning.plan_recipe)."""
+    """Dotted names in the page's code that start with our packages (`drgrpo.algorithm.advantages.group_advantages`),
+    and the names imported from them (`from drgrpo.planning import plan_recipe` -> drgrpo.planning.plan_recipe)."""
     found = set()
     for code in _code(text):
         found.update(re.findall(r"(?<![\w/.-])((?:drgrpo|rewards)(?:\.[A-Za-z_]\w*)+)", code))
@@ -132,7 +133,7 @@ def test_the_extractors_find_what_a_reader_sees():
         "Run `make eval BENCH=x` or\n\n    make plan RECIPE=recipes/a.yaml && make -C x\n\n"
         "Not code: make it smaller. See [the page](docs/b.md#part) and `scripts/c.py:fn`, `outputs/eval/`,\n"
         "`rewards/<name>/failures`, `rewards/accuracy/unparsable_golds`, `drgrpo/planning/`,\n"
-        "`drgrpo.cli.parse_recipe`, `from drgrpo.planning import a, b`.\n"
+        "`drgrpo.recipe.cli.parse_recipe`, `from drgrpo.planning import a, b`.\n"
         "```yaml\nmodel: tests/fixtures/my_reward.py:fn\n```\n"
         "| key | default |\n|---|---|\n| `alpha`, `beta` | 1 |\n\n| other | x |\n|---|---|\n| `gamma` | 2 |\n"
     )
@@ -145,7 +146,7 @@ def test_the_extractors_find_what_a_reader_sees():
         "tests/fixtures/my_reward.py",
     }
     assert modules_named(text) == {
-        "drgrpo.cli.parse_recipe",
+        "drgrpo.recipe.cli.parse_recipe",
         "drgrpo.planning",
         "drgrpo.planning.a",
         "drgrpo.planning.b",
@@ -155,8 +156,8 @@ def test_the_extractors_find_what_a_reader_sees():
         heading_anchor("Rewards (`RewardArguments`, `rewards/settings.py`)")
         == "rewards-rewardarguments-rewardssettingspy"
     )
-    assert resolves("drgrpo.cli.parse_recipe") and resolves("drgrpo.evaluation")
-    assert not resolves("drgrpo.cli.no_such_function") and not resolves("drgrpo.no_such_module")
+    assert resolves("drgrpo.recipe.cli.parse_recipe") and resolves("drgrpo.evaluation")
+    assert not resolves("drgrpo.recipe.cli.no_such_function") and not resolves("drgrpo.no_such_module")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

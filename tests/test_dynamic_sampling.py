@@ -13,8 +13,8 @@ import pytest
 import torch
 from datasets import Dataset
 
-from drgrpo.config import DrGRPOConfig
-from drgrpo.dynamic_sampling import (
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.dynamic_sampling import (
     STATE_FILE,
     concat_rows,
     dropped_outcomes,
@@ -92,7 +92,7 @@ GROUP, PER_DEVICE, ACCUMULATION, STEPS_PER_GENERATION, MAX_LEN = 4, 8, 2, 4, 6
 
 
 def make_trainer(tiny_model_path, addition_data, output_dir, *, max_steps=4, **config):
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
 
     rows = [json.loads(line) for line in open(addition_data["train"])][:64]
     dataset = Dataset.from_list([{"prompt": r["question"]} for r in rows])
@@ -167,7 +167,7 @@ def test_batch_is_filled_when_rounds_run_out(tiny_model_path, addition_data, tmp
     trainer, trained, _ = make_trainer(
         tiny_model_path, addition_data, tmp_path, max_steps=4, dynamic_sampling_max_rounds=1
     )
-    with caplog.at_level(logging.WARNING, logger="drgrpo.dynamic_sampling"):
+    with caplog.at_level(logging.WARNING, logger="drgrpo.algorithm.dynamic_sampling"):
         trainer.train()
     warnings = [r for r in caplog.records if "dynamic_sampling: 1 rounds gave" in r.getMessage()]
     assert len(warnings) == 1, "warned once, not every step"
@@ -209,7 +209,7 @@ def stream_callback(consumed: int, is_main_process: bool):
     """The refill stream's resume callback over a stand-in sampler (only its position and process role matter)."""
     from types import SimpleNamespace
 
-    from drgrpo.dynamic_sampling import _SaveStreamPosition
+    from drgrpo.algorithm.dynamic_sampling import _SaveStreamPosition
 
     accelerator = SimpleNamespace(is_main_process=is_main_process)
     return _SaveStreamPosition(SimpleNamespace(consumed=consumed, trainer=SimpleNamespace(accelerator=accelerator)))
@@ -220,7 +220,7 @@ def test_resume_position_is_read_on_the_main_process_and_broadcast(tmp_path, mon
     there), so every rank takes the main process's value instead of reading its own disk."""
     from types import SimpleNamespace
 
-    import drgrpo.dynamic_sampling as dynamic_sampling
+    import drgrpo.algorithm.dynamic_sampling as dynamic_sampling
 
     args, state = SimpleNamespace(output_dir=str(tmp_path)), SimpleNamespace(global_step=2)
     (tmp_path / "checkpoint-2").mkdir()

@@ -8,11 +8,11 @@ import json
 import pytest
 from datasets import Dataset
 
-from drgrpo import metric_names
-from drgrpo.config import DrGRPOConfig
-from drgrpo.eos import extra_eos_token_ids, merge_token_ids, with_stop_token_ids
-from drgrpo.tiny import SPECIAL_TOKENS, build_tokenizer
-from drgrpo.trainer import DrGRPOTrainer
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.eos import extra_eos_token_ids, merge_token_ids, with_stop_token_ids
+from drgrpo.algorithm.trainer import DrGRPOTrainer
+from drgrpo.experiments.tiny import SPECIAL_TOKENS, build_tokenizer
+from drgrpo.observe import metric_names
 
 EXTRA = "</answer>"  # a special token of the tiny tokenizer that is not its eos (<|im_end|>) nor its pad
 
@@ -109,7 +109,7 @@ def endoftext_model(tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from drgrpo.tiny import build_tiny_model
+    from drgrpo.experiments.tiny import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.mktemp("endoftext-model"), seed=0)
     model = AutoModelForCausalLM.from_pretrained(path)

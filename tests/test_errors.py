@@ -18,10 +18,10 @@ from conftest import PYTHON, ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drgrpo.cli import parse_recipe
-from drgrpo.config_errors import translate_config_error
-from drgrpo.errors import RecipeError, is_user_error, run_main
-from drgrpo.planning.fit import batch_rules_hold, nearest_per_device
+from drgrpo.core.errors import RecipeError, is_user_error, run_main
+from drgrpo.recipe.batch_rules import batch_rules_hold, nearest_per_device
+from drgrpo.recipe.cli import parse_recipe
+from drgrpo.recipe.config_errors import translate_config_error
 
 TINY = "recipes/tiny_drgrpo.yaml"
 
@@ -92,7 +92,9 @@ def test_bugs_keep_their_traceback():
     assert not is_user_error(info.value)  # raised in this test file, not in drgrpo/ or rewards/
     assert not is_user_error(RuntimeError("boom"))
     with pytest.raises(ValueError) as info:
-        parse_recipe([TINY, "--advantage_std_ddof", "2"])  # a ValueError from drgrpo/config.py: a user message
+        parse_recipe(
+            [TINY, "--advantage_std_ddof", "2"]
+        )  # a ValueError from drgrpo/algorithm/config.py: a user message
     assert is_user_error(info.value)
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, ROOT
 
-from drgrpo.cli import explain_recipe
-from drgrpo.config import DrGRPOConfig
-from drgrpo.family import family_card
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.family import family_card
+from drgrpo.recipe.preflight import explain_recipe
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 QUESTIONS = ("advantage", "ratio", "loss", "log-probs", "KL", "staleness")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import PYTHON, ROOT
 
-from drgrpo.smoke import eval_throughput, training_throughput
+from drgrpo.setup.smoke import eval_throughput, training_throughput
 
 SCRIPT = ROOT / "scripts" / "gpu_smoke.sh"
 

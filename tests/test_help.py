@@ -8,9 +8,10 @@ import re
 import pytest
 from trl import GRPOConfig
 
-from drgrpo.cli import parse_recipe
-from drgrpo.config import DrGRPOConfig, ScriptArguments
-from drgrpo.recipe_parser import GROUPS, declaring_class
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.recipe.cli import parse_recipe
+from drgrpo.recipe.parser import GROUPS, declaring_class
+from drgrpo.run.arguments import ScriptArguments
 
 TITLES = [title for _, title in GROUPS]
 

@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from drgrpo.install_check import check_report, dry_run_command, torch_request, trl_vllm_range
+from drgrpo.setup.install_check import check_report, dry_run_command, torch_request, trl_vllm_range
 
 TRL_RANGE = (Version("0.22.0"), Version("0.31.0"))
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from datasets import Dataset
 
-from drgrpo.advantages import combine_rewards, group_advantages
-from drgrpo.config import DrGRPOConfig
-from drgrpo.kl import KL_ESTIMATORS, kl_penalised_rewards, kl_penalty, sequence_kl
+from drgrpo.algorithm.advantages import combine_rewards, group_advantages
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.kl import KL_ESTIMATORS, kl_penalised_rewards, kl_penalty, sequence_kl
 
 
 def verl_kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, name: str) -> torch.Tensor:
@@ -97,7 +97,7 @@ def digit_share(completions, **kwargs):
 @pytest.mark.slow
 def test_trainer_folds_kl_into_rewards(tiny_model_path, addition_data, tmp_path):
     """beta stays 0 (no KL in the loss) while a reference model is built; advantages use R - coef * sum KL."""
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
 
     rows = [json.loads(line) for line in open(addition_data["train"])][:16]
     dataset = Dataset.from_list([{"prompt": r["question"]} for r in rows])
@@ -108,7 +108,7 @@ def test_trainer_folds_kl_into_rewards(tiny_model_path, addition_data, tmp_path)
     )  # fmt: skip
     trainer = DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[digit_share], args=args, train_dataset=dataset)
     assert trainer.beta == 0.0 and args.beta == 0.0 and trainer.ref_model is not None
-    import drgrpo.trainer as trainer_module
+    import drgrpo.algorithm.trainer as trainer_module
 
     seen = []
     original = trainer_module.batch_sequence_kls
@@ -143,7 +143,7 @@ def test_trainer_folds_kl_into_rewards(tiny_model_path, addition_data, tmp_path)
 
 
 def test_no_reference_model_without_a_kl(tiny_model_path, tmp_path):
-    from drgrpo.trainer import DrGRPOTrainer
+    from drgrpo.algorithm.trainer import DrGRPOTrainer
 
     args = DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", dr_grpo=True,
                         per_device_train_batch_size=4, num_generations=4)  # fmt: skip

@@ -1,4 +1,4 @@
-"""LoRA through TRL's ModelConfig keys: `drgrpo.training.train` wraps the tiny model in peft adapters, trains only
+"""LoRA through TRL's ModelConfig keys: `drgrpo.run.training.train` wraps the tiny model in peft adapters, trains only
 them, and saves an adapter that peft loads back on top of the base model."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from rank_probe import PROBE_REWARD, with_probe_reward
 
-import drgrpo.training as training
-from drgrpo.cli import parse_recipe
+import drgrpo.run.training as training
+from drgrpo.recipe.cli import parse_recipe
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny_drgrpo.yaml"
 LORA_ARGS = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0.0"]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, ROOT
 
-from drgrpo.errors import RecipeError
-from drgrpo.output_guard import RUN_RECORD, check_output_dir, differing_keys, run_settings, start_run
+from drgrpo.core.errors import RecipeError
+from drgrpo.run.output_guard import RUN_RECORD, check_output_dir, differing_keys, run_settings, start_run
 
 SETTINGS = {"learning_rate": 0.0003, "max_steps": 200, "loss_type": "dr_grpo"}
 
@@ -117,7 +117,7 @@ def make_train(workspace: Path, args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_make_train_after_the_demo_leaves_the_demo_model_byte_identical(tmp_path, monkeypatch):
-    from drgrpo.demo import DemoSettings, run_demo
+    from drgrpo.experiments.demo import DemoSettings, run_demo
 
     workspace = tmp_path / "clone"
     workspace.mkdir()

@@ -12,8 +12,9 @@ import pytest
 import torch
 import yaml
 
-from drgrpo.planner import (
+from drgrpo.planning import (
     BUILTIN_MODEL_CONFIGS,
+    REFERENCE_SCHEDULES,
     ModelSize,
     batch_plan,
     context_findings,
@@ -24,9 +25,9 @@ from drgrpo.planner import (
     per_device_multiple,
     plan_recipe,
     read_accelerate_config,
-    read_header,
 )
-from drgrpo.planning import REFERENCE_SCHEDULES, keep_schedule_fix
+from drgrpo.recipe.batch_rules import keep_schedule_fix
+from drgrpo.recipe.file import read_header
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
@@ -496,9 +497,9 @@ def test_plan_script_prints_vllm_serve_args(monkeypatch, capsys):
 
 
 def test_an_explicit_null_generation_batch_size_is_unset_for_the_planner_too(tmp_path):
-    # The planner and --show_prompts/--explain share one set of pre-flight stand-ins (drgrpo.cli): a recipe saying
-    # `generation_batch_size: null` beside steps_per_generation gets steps_per_generation's stand-in only; the
-    # planner's former copy tested `in values` and set both, which TRL refuses.
+    # The planner and --show_prompts/--explain share one set of pre-flight stand-ins (drgrpo.recipe.cli): a recipe
+    # saying `generation_batch_size: null` beside steps_per_generation gets steps_per_generation's stand-in only;
+    # the planner's former copy tested `in values` and set both, which TRL refuses.
     path = _broken(tmp_path, "qwen3_8b_drgrpo.yaml")
     path.write_text(path.read_text() + "generation_batch_size: null\n")
     report = plan_recipe(path)

@@ -6,7 +6,7 @@ from conftest import ROOT
 
 from drgrpo.planning import format_report, plan_recipe
 from drgrpo.planning.batch import batch_plan
-from drgrpo.planning.family import dynamic_sampling_lines, dynamic_sampling_plan
+from drgrpo.planning.family_cost import dynamic_sampling_lines, dynamic_sampling_plan
 
 RECIPE = ROOT / "recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml"
 

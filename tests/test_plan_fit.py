@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from drgrpo.planning import format_report, plan_recipe
 from drgrpo.planning.batch import batch_plan
-from drgrpo.planning.fit import (
+from drgrpo.recipe.batch_rules import (
     ScheduleChoice,
     batch_rules_hold,
     choice_for_schedule,

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from conftest import PYTHON, ROOT
 
-from drgrpo import metric_names as d
-from drgrpo.comparison import comparison_markdown, difference_notes, final_mean, run_summary
-from drgrpo.plotting import (
+from drgrpo.experiments.comparison import comparison_markdown, difference_notes, final_mean, run_summary
+from drgrpo.observe import metric_names as d
+from drgrpo.observe.plotting import (
     PANELS,
     auto_window,
     find_trainer_state,

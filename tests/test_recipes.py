@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drgrpo.cli import parse_recipe
+from drgrpo.recipe.cli import parse_recipe
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
 

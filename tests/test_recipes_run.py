@@ -88,8 +88,8 @@ def cpu_variant(recipe: dict, model: Path, data_dir: Path, output_dir: Path) -> 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_recipe_runs_two_steps_on_cpu(recipe, tiny_model_path, tmp_path, monkeypatch):
-    from drgrpo.cli import parse_recipe
-    from drgrpo.training import train
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
@@ -116,8 +116,8 @@ def test_recipe_runs_two_steps_on_cpu(recipe, tiny_model_path, tmp_path, monkeyp
 
 def test_a_recipe_that_does_not_fit_its_dataset_fails_the_cpu_run(tiny_model_path, tmp_path):
     """The check can fail: MATH's level is the string "Level 3", so an integer level filter keeps no row."""
-    from drgrpo.cli import parse_recipe
-    from drgrpo.training import train
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
 
     shipped = yaml.safe_load((ROOT / "recipes" / "qwen3_8b_drgrpo.yaml").read_text())
     broken = {**shipped, "dataset_filter": {"level": [3, 4, 5]}}

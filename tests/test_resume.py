@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import PYTHON, ROOT
 
-from drgrpo.checkpoints import checkpoint_step, find_resumable_checkpoint, incomplete_reason
+from drgrpo.core.checkpoints import checkpoint_step, find_resumable_checkpoint, incomplete_reason
 
 
 def write_checkpoint(output_dir: Path, step: int, *, skip: tuple[str, ...] = (), state: str | None = None) -> Path:
@@ -64,7 +64,7 @@ def test_half_written_checkpoint_is_skipped_with_a_warning(tmp_path, caplog, kwa
     write_checkpoint(tmp_path, 3)
     broken = write_checkpoint(tmp_path, 6, **kwargs)
     assert reason in incomplete_reason(broken)
-    with caplog.at_level(logging.WARNING, logger="drgrpo.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="drgrpo.core.checkpoints"):
         assert find_resumable_checkpoint(tmp_path) == tmp_path / "checkpoint-3"
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()

@@ -113,7 +113,7 @@ def test_async_rewards_stay_async(tmp_path):
 
 
 def test_recipe_and_command_line_lists_parse(tmp_path):
-    from drgrpo.cli import parse_recipe
+    from drgrpo.recipe.cli import parse_recipe
 
     recipe = tmp_path / "r.yaml"
     tiny = (ROOT / "recipes" / "tiny_drgrpo.yaml").read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drgrpo.templates import R1
+from drgrpo.data.templates import R1
 from rewards import (
     RewardArguments,
     boxed_format_score,

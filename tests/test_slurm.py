@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from drgrpo.launch import (
+from drgrpo.planning.slurm import (
     DEFAULT_PORT_BASE,
     expand_nodelist,
     main_process_port,

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from drgrpo.demo import DemoSettings, format_table, write_task
-from drgrpo.tasks import addition_problems, sloppy_demonstrations, sloppy_sum
+from drgrpo.experiments.demo import DemoSettings, format_table, write_task
+from drgrpo.experiments.tasks import addition_problems, sloppy_demonstrations, sloppy_sum
 
 
 def test_sloppy_sum_drops_only_the_ones_carry():

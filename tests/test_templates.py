@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drgrpo.templates import (
+from drgrpo.data.templates import (
     TEMPLATES,
     check_template,
     prompt_text,
@@ -12,7 +12,7 @@ from drgrpo.templates import (
     render_prompt,
     render_prompt_text,
 )
-from drgrpo.tiny import build_tokenizer
+from drgrpo.experiments.tiny import build_tokenizer
 
 QUESTION = "What is $\\frac{1}{2} + \\frac{1}{3}$?"
 
@@ -138,8 +138,8 @@ def test_tiny_recipe_trains_with_each_template(template, tiny_model_path, additi
     """One key switches the template; the run trains, and TRL tokenizes the prompts exactly as we render them."""
     import math
 
-    from drgrpo.cli import parse_recipe
-    from drgrpo.training import train
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
 
     argv = [
         "recipes/tiny_drgrpo.yaml",

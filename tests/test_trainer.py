@@ -9,9 +9,9 @@ import torch
 from datasets import Dataset
 from trl import GRPOTrainer
 
-from drgrpo.advantages import combine_rewards, group_advantages
-from drgrpo.config import DrGRPOConfig
-from drgrpo.trainer import DrGRPOTrainer
+from drgrpo.algorithm.advantages import combine_rewards, group_advantages
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.trainer import DrGRPOTrainer
 from rewards import accuracy
 
 

@@ -17,11 +17,11 @@ import torch
 from datasets import Dataset
 from trl import GRPOTrainer
 
-from drgrpo import metric_names as m
-from drgrpo.advantages import combine_rewards, group_advantages
-from drgrpo.config import DrGRPOConfig
-from drgrpo.diagnostics import reduce_to_max
-from drgrpo.trainer import DrGRPOTrainer, replace_tail
+from drgrpo.algorithm.advantages import combine_rewards, group_advantages
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.trainer import DrGRPOTrainer, replace_tail
+from drgrpo.observe import metric_names as m
+from drgrpo.observe.diagnostics import reduce_to_max
 from rewards import accuracy
 
 

@@ -7,9 +7,9 @@ import math
 import torch
 from datasets import Dataset
 
-from drgrpo.advantages import truncated_completions, zero_truncated_rewards
-from drgrpo.config import DrGRPOConfig
-from drgrpo.trainer import DrGRPOTrainer
+from drgrpo.algorithm.advantages import truncated_completions, zero_truncated_rewards
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.trainer import DrGRPOTrainer
 
 EOS, PAD = 2, 0
 

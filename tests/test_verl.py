@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import PYTHON, ROOT
 
-from drgrpo.planner import plan_recipe
-from drgrpo.verl import convert_verl, format_recipe, read_verl_config
+from drgrpo.planning import plan_recipe
+from drgrpo.recipe.verl import convert_verl, format_recipe, read_verl_config
 
 VERL_EXAMPLE = ROOT / "recipes/verl/qwen2.5_math_1.5b_drgrpo.sh"
 CONVERTED = ROOT / "recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml"

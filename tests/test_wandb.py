@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import PYTHON, ROOT
 
-from drgrpo import metric_names as m
+from drgrpo.observe import metric_names as m
 
 FAKE_KEY = "local-0123456789abcdef0123456789abcdef01234567"  # wandb keys are 40+ characters; this one is fake
 

@@ -8,12 +8,13 @@ The pipeline (`load_prompt_dataset`), in order:
 4. sources are mixed by `weight` (or concatenated), and the result is shuffled with the run's seed;
 5. an optional held-out set is split off (`dataset_test_size`) or loaded (`dataset_test_split`/`dataset_test_path`);
 6. `max_train_samples` keeps the first N rows;
-7. each question is rendered with `prompt_template` (drgrpo.templates) into the `prompt` column;
+7. each question is rendered with `prompt_template` (drgrpo.data.templates) into the `prompt` column;
 8. prompts longer than `max_prompt_tokens` (counted the way TRL tokenizes them) are dropped and counted;
 9. gold answers that the accuracy reward cannot parse are counted and reported (and optionally dropped).
 The trainer sees exactly two columns, `prompt` and `answer`; TRL passes `answer` to every reward function.
 
 Modules, each importing only the ones listed before it:
+- `templates`: the prompt templates (`chat`, `r1`, `qwen_math`, `plain`), shared with evaluation;
 - `extraction`: gold answers cut out of worked solutions (`answer_extraction`);
 - `filters`: `dataset_filter` conditions;
 - `arguments`: `DataArguments`, the recipe's data keys;
@@ -22,7 +23,6 @@ Modules, each importing only the ones listed before it:
 - `gold_check`: gold answers the accuracy reward cannot parse (checked once: main process, cached);
 - `pipeline`: `load_prompt_dataset`, the steps above in order;
 - `preview`: `--show_prompts`, prompts exactly as the trainer renders them.
-Prompt templates live in `drgrpo.templates` (shared with evaluation).
 """
 
 from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured

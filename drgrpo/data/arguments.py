@@ -9,7 +9,7 @@ import yaml
 
 from drgrpo.data.extraction import check_answer_extraction
 from drgrpo.data.filters import FILTER_OPERATORS, parse_filter
-from drgrpo.templates import check_template
+from drgrpo.data.templates import check_template
 
 MIXTURE_KEYS = (
     "dataset_name",
@@ -95,7 +95,7 @@ class DataArguments:
         metadata={
             "help": "How a question becomes a prompt: 'chat' (the tokenizer's chat template, with system_prompt and "
             "chat_template_kwargs), 'r1' (R1-Zero template), 'qwen_math' (Qwen-Math template) or 'plain' (the "
-            "question alone). See drgrpo/templates.py."
+            "question alone). See drgrpo/data/templates.py."
         },
     )
     system_prompt: str | None = field(

@@ -15,7 +15,7 @@ from drgrpo.data.arguments import DataArguments
 from drgrpo.data.gold_check import report_unparseable, reward_gold_check, unparseable_indices_once
 from drgrpo.data.mixture import mix_sources
 from drgrpo.data.sources import DataSource, Example, data_sources, load_source, source_examples
-from drgrpo.templates import prompt_text, prompt_token_ids, render_prompt
+from drgrpo.data.templates import prompt_text, prompt_token_ids, render_prompt
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from datasets import Dataset
 
 from drgrpo.data.arguments import DataArguments
 from drgrpo.data.pipeline import load_prompt_dataset
-from drgrpo.templates import prompt_text, prompt_token_ids
+from drgrpo.data.templates import prompt_text, prompt_token_ids
 
 
 def format_prompts(

@@ -10,10 +10,10 @@ from typing import NamedTuple
 
 from datasets import Dataset, load_dataset
 
+from drgrpo.core.errors import RecipeError
 from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured, passed_columns
 from drgrpo.data.extraction import check_answer_extraction, extract_answer
 from drgrpo.data.filters import filter_indices, parse_filter
-from drgrpo.errors import RecipeError
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 

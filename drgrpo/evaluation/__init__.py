@@ -20,7 +20,7 @@ Modules, each importing only the ones listed before it:
 - `problems`: benchmark rows as problems, their fingerprint, their prompts;
 - `sampling`: per-sample seeded Gumbel-max sampling;
 - `backends`: vLLM and transformers generation;
-- `grading`: the reward library's verifier as evaluation verdicts;
+- `verdicts`: the reward library's verifier as evaluation verdicts;
 - `code`: code benchmarks, whose programs the code reward's sandbox runs on their tests (pass@k, no maj@k);
 - `report`: summaries, their markdown, comparison tables across runs;
 - `runner`: `EvalArguments`, resume checks, `run_evaluation` / `evaluate`.
@@ -45,15 +45,6 @@ from drgrpo.evaluation.backends import (
     vllm_usable,
 )
 from drgrpo.evaluation.benchmarks import BENCHMARK_ORDER, PAPER_RESULTS, PRESETS, BenchmarkPreset, resolve_preset
-from drgrpo.evaluation.grading import (
-    CORRECT,
-    GOLD_UNPARSABLE,
-    GRADING_FAILURES,
-    INCORRECT,
-    NO_ANSWER,
-    answers_equivalent,
-    grade_completions,
-)
 from drgrpo.evaluation.metrics import majority_vote, pass_at_k, pass_at_k_values
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import (
@@ -76,6 +67,15 @@ from drgrpo.evaluation.runner import (
     run_evaluation,
 )
 from drgrpo.evaluation.sampling import SeededSampling, sample_seed, top_p_mask
+from drgrpo.evaluation.verdicts import (
+    CORRECT,
+    GOLD_UNPARSABLE,
+    GRADING_FAILURES,
+    INCORRECT,
+    NO_ANSWER,
+    answers_equivalent,
+    grade_completions,
+)
 
 __all__ = [
     "ANSWER_FORMATS",

@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from drgrpo.eos import merge_token_ids
+from drgrpo.algorithm.eos import merge_token_ids
 from drgrpo.evaluation.sampling import SeededSampling
 
 
@@ -53,7 +53,7 @@ def choose_backend(name: str) -> str:
 
 
 def _eos_ids(model_generation_config, tokenizer, extra_eos_ids: Sequence[int] = ()) -> list[int]:
-    """The model's eos ids, the tokenizer's eos, then the recipe's `extra_eos_tokens` ids (drgrpo.eos)."""
+    """The model's eos ids, the tokenizer's eos, then the recipe's `extra_eos_tokens` ids (drgrpo.algorithm.eos)."""
     ids = model_generation_config.eos_token_id if model_generation_config is not None else None
     ids = [ids] if isinstance(ids, int) else list(ids or [])
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from drgrpo.evaluation.grading import CORRECT, GOLD_UNPARSABLE, INCORRECT, NO_ANSWER
+from drgrpo.evaluation.verdicts import CORRECT, GOLD_UNPARSABLE, INCORRECT, NO_ANSWER
 
 CODE_TESTS = "code_tests"  # the answer format of code benchmarks (drgrpo.evaluation.answers)
 

@@ -55,7 +55,7 @@ def load_rows(
         try:
             return list(load_dataset(dataset_name, dataset_config, split=split))
         except (ConnectionError, OSError) as error:  # offline, or the hub is unreachable
-            from drgrpo.errors import RecipeError
+            from drgrpo.core.errors import RecipeError
 
             raise RecipeError(
                 f"Cannot load {dataset_name} ({split}) from the hub: {error}. Without hub access, download the "
@@ -81,11 +81,11 @@ def build_prompts(
 ) -> list[tuple[str, list[int]]]:
     """(prompt text, prompt token ids) for each question, exactly as training builds them.
 
-    Uses the template layer (`drgrpo.templates`): text templates are rendered and tokenized as TRL tokenizes text
+    Uses the template layer (`drgrpo.data.templates`): text templates are rendered and tokenized as TRL tokenizes text
     prompts; `chat` goes through the tokenizer's chat template with `add_generation_prompt=True` and the recipe's
     `chat_template_kwargs`, as TRL does for conversational prompts.
     """
-    from drgrpo.templates import prompt_text, prompt_token_ids, render_prompt
+    from drgrpo.data.templates import prompt_text, prompt_token_ids, render_prompt
 
     rendered = [render_prompt(question, template, system_prompt) for question in questions]
     texts = [prompt_text(prompt, tokenizer, chat_template_kwargs) for prompt in rendered]

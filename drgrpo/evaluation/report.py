@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from drgrpo.evaluation.benchmarks import BENCHMARK_ORDER, PRESETS
-from drgrpo.evaluation.grading import GOLD_UNPARSABLE, GRADING_FAILURES, NO_ANSWER
 from drgrpo.evaluation.metrics import majority_vote, pass_at_k, pass_at_k_values
+from drgrpo.evaluation.verdicts import GOLD_UNPARSABLE, GRADING_FAILURES, NO_ANSWER
 
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_JSON = "summary.json"

@@ -11,15 +11,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from drgrpo.eos import extra_eos_token_ids
+from drgrpo.algorithm.eos import extra_eos_token_ids
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
-from drgrpo.evaluation.grading import CORRECT, answer_extraction_mode, answers_equivalent, grade_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
 from drgrpo.evaluation.sampling import sample_seed
+from drgrpo.evaluation.verdicts import CORRECT, answer_extraction_mode, answers_equivalent, grade_completions
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def extraction_mode(args: EvalArguments) -> str:
 
 
 def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
-    from drgrpo.templates import check_template
+    from drgrpo.data.templates import check_template
 
     recipe = recipe_prompt_settings(args.recipe) if args.recipe else {}
     template = args.prompt_template or recipe.get("prompt_template") or "chat"

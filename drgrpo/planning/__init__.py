@@ -14,36 +14,25 @@ number of training processes:
   explicit importance-sampling choice).
 Every problem is a `Finding` with the fix spelled out. Errors make `scripts/plan.py` exit non-zero.
 
-Modules, each importing only the ones listed before it:
+Modules, each importing only the ones listed before it (and `drgrpo.recipe` below them, which parses recipes):
 - `findings`: `Finding`, one problem or caution with its key and fix;
-- `fit`: whole-number fixes (batch values that satisfy every batch rule at once, context lengths >= 1);
 - `batch`: TRL's batch arithmetic at a target world size;
-- `family`: the extra generation of dynamic sampling and the reference model of a KL in the reward (drgrpo/family.py);
+- `family_cost`: what the GRPO-family keys cost: the extra generation of dynamic sampling and the reference model of a
+  KL in the reward (the keys themselves: `drgrpo.algorithm.family`);
 - `reference`: the published runs a recipe reproduces, with their schedule per rollout;
 - `model_size`: parameter counts from config.json fields (`BUILTIN_MODEL_CONFIGS` for the recipes' hub models);
 - `memory`: DeepSpeed's ZeRO model-state estimators;
 - `context`: prompt + completion against the model's context and vLLM's `max_model_len`;
-- `launch`: what the accelerate config / recipe header says; the recipe parsed for any world size;
+- `launch_setup`: processes, nodes and ZeRO stage from the accelerate config;
 - `plan`: `plan_recipe`, every check of one recipe at one world size, as a `PlanReport`;
-- `report`: `format_report`, the lines `scripts/plan.py` prints.
+- `report`: `format_report`, the lines `scripts/plan.py` prints;
+- `slurm`: a Slurm job's environment turned into the `accelerate launch` and `trl vllm-serve` commands.
 """
 
 from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.findings import Finding
-from drgrpo.planning.fit import keep_schedule_fix
-from drgrpo.planning.launch import (
-    BATCH_KEYS,
-    DEFAULT_GPUS_PER_NODE,
-    NEUTRAL_BATCH,
-    WORLD_SIZE_PATTERN,
-    ZERO_STAGE_PATTERN,
-    LaunchSetup,
-    parse_for_planning,
-    read_accelerate_config,
-    read_header,
-    recipe_values,
-)
+from drgrpo.planning.launch_setup import DEFAULT_GPUS_PER_NODE, LaunchSetup, read_accelerate_config
 from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
 from drgrpo.planning.model_size import (
     BUILTIN_MODEL_CONFIGS,
@@ -61,7 +50,6 @@ from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, re
 from drgrpo.planning.report import format_report
 
 __all__ = [
-    "BATCH_KEYS",
     "BUILTIN_MODEL_CONFIGS",
     "BatchPlan",
     "DEFAULT_GPUS_PER_NODE",
@@ -73,27 +61,20 @@ __all__ = [
     "LaunchSetup",
     "MemoryEstimate",
     "ModelSize",
-    "NEUTRAL_BATCH",
     "PlanReport",
     "REFERENCE_SCHEDULES",
     "ReferenceSchedule",
-    "WORLD_SIZE_PATTERN",
-    "ZERO_STAGE_PATTERN",
     "batch_plan",
     "context_findings",
     "count_parameters",
     "format_report",
-    "keep_schedule_fix",
     "load_model_config",
     "lora_parameters",
     "model_size",
     "model_states_memory",
-    "parse_for_planning",
     "per_device_multiple",
     "plan_recipe",
     "read_accelerate_config",
-    "read_header",
-    "recipe_values",
     "reference_findings",
     "with_defaults",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from drgrpo.planning.findings import Finding
-from drgrpo.planning.fit import generation_batch_fix, nearest_per_device
+from drgrpo.recipe.batch_rules import generation_batch_fix, nearest_per_device
 
 
 @dataclass(frozen=True)

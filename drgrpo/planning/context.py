@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drgrpo.planning.findings import Finding
-from drgrpo.planning.fit import context_fix
+from drgrpo.recipe.batch_rules import context_fix
 
 
 def context_findings(

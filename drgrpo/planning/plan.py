@@ -9,20 +9,15 @@ from pathlib import Path
 
 from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
-from drgrpo.planning.family import DynamicSamplingPlan, dynamic_sampling_plan, family_findings
+from drgrpo.planning.family_cost import DynamicSamplingPlan, dynamic_sampling_plan, family_findings
 from drgrpo.planning.findings import Finding
-from drgrpo.planning.fit import keep_schedule_fix
-from drgrpo.planning.launch import (
-    LaunchSetup,
-    _nodes_for,
-    parse_for_planning,
-    read_accelerate_config,
-    read_header,
-    recipe_values,
-)
+from drgrpo.planning.launch_setup import LaunchSetup, nodes_for, read_accelerate_config
 from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
 from drgrpo.planning.model_size import LLAMA_LAYOUT_TYPES, ModelSize, load_model_config, lora_parameters, model_size
 from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, reference_findings
+from drgrpo.recipe.batch_rules import keep_schedule_fix
+from drgrpo.recipe.file import read_header
+from drgrpo.recipe.preflight import parse_for_planning, recipe_values
 
 
 @dataclass
@@ -74,7 +69,7 @@ def plan_recipe(
         if setup.world_size < 1:
             raise ValueError(f"{accelerate_config}: num_processes must be 1 or more, got {setup.world_size}.")
         world = num_processes if num_processes is not None else setup.world_size
-        nodes = num_nodes or (setup.num_nodes if world == setup.world_size else _nodes_for(world))
+        nodes = num_nodes or (setup.num_nodes if world == setup.world_size else nodes_for(world))
         source = f"accelerate config {accelerate_config}"
         if num_processes is not None:
             source = f"world size from --num_processes, the rest from {source}"
@@ -87,7 +82,7 @@ def plan_recipe(
                 f"{recipe} {stated}: add '# World size: N GPUs' to its header comment, or pass "
                 "--num_processes N (or --accelerate_config FILE)."
             )
-        nodes = 1 if header["cpu"] else num_nodes or _nodes_for(world)
+        nodes = 1 if header["cpu"] else num_nodes or nodes_for(world)
         setup = LaunchSetup(
             world_size=world,
             num_nodes=nodes,
@@ -215,7 +210,7 @@ def _world_size_findings(
     the file's own batch keys): completions per optimizer step or per rollout; none when the overrides keep both."""
     if header_world_size is None or plan is None or header_world_size == plan.world_size:
         return []
-    from drgrpo.config import DrGRPOConfig
+    from drgrpo.algorithm.config import DrGRPOConfig
 
     values = recipe_values(recipe)
     defaults = {f.name: f.default for f in dataclasses.fields(DrGRPOConfig)}

@@ -6,16 +6,12 @@ prompts, completions and optimizer steps per rollout next to the recipe's and wa
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from fractions import Fraction
 
 from drgrpo.planning.batch import BatchPlan
 from drgrpo.planning.findings import Finding
-from drgrpo.planning.fit import keep_schedule_fix
-
-# "Paper reproduction: Oat-Zero-1.5B, i.e. ..." in a recipe's leading comment block.
-REPRODUCTION_PATTERN = re.compile(r"paper reproduction:\s*([A-Za-z0-9][\w.\-]*[\w])", re.IGNORECASE)
+from drgrpo.recipe.batch_rules import keep_schedule_fix
 
 
 @dataclass(frozen=True)
@@ -46,12 +42,6 @@ REFERENCE_SCHEDULES: dict[str, ReferenceSchedule] = {
     name: ReferenceSchedule(name, _OAT_SOURCE, prompts_per_rollout=128, num_generations=8, completions_per_step=128)
     for name in ("Oat-Zero-1.5B", "Oat-Zero-7B")
 }
-
-
-def read_reproduced_run(header: str) -> str | None:
-    """The run a recipe's header says it reproduces ("Paper reproduction: NAME"), or None."""
-    match = REPRODUCTION_PATTERN.search(header)
-    return match.group(1) if match else None
 
 
 def reference_findings(plan: BatchPlan, reference: ReferenceSchedule) -> list[Finding]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from drgrpo.planning.batch import BatchPlan
-from drgrpo.planning.family import dynamic_sampling_lines
+from drgrpo.planning.family_cost import dynamic_sampling_lines
 from drgrpo.planning.memory import GIB
 from drgrpo.planning.plan import PlanReport
 from drgrpo.planning.reference import ReferenceSchedule

@@ -16,20 +16,19 @@ from rewards.code.reward import CodeFormatReward, CodeReward
 from rewards.code.sandbox import NamespacesUnavailable, RunResult, Sandbox, SandboxLimits, SandboxUnavailable
 from rewards.code.settings import CodeRewardArguments
 from rewards.code.testcases import TestCase, TestFormatError, parse_tests
+from rewards.loading import load_file_module, module_attribute
 
 
 def load_checker(spec: str):
     """The `code_checker` function named by `package.module:function` or `path/to/file.py:function`."""
     import importlib
 
-    from rewards.registry import _attribute, load_file_module
-
     location, _, attribute = spec.rpartition(":")
     if not location or not attribute:
         raise ValueError(f"code_checker {spec!r}: expected 'package.module:function' or 'path/to/file.py:function'.")
     if location.endswith(".py") or "/" in location:
-        return _attribute(load_file_module(location, spec), attribute, f"Checker file {location!r}", spec)
-    return _attribute(importlib.import_module(location), attribute, f"Module {location!r}", spec)
+        return module_attribute(load_file_module(location, spec), attribute, f"Checker file {location!r}", spec)
+    return module_attribute(importlib.import_module(location), attribute, f"Module {location!r}", spec)
 
 
 def code_reward(settings: CodeRewardArguments) -> CodeReward:

@@ -1,4 +1,4 @@
-"""One node's part of a Slurm job (called by scripts/slurm/train.slurm through srun; logic in drgrpo/launch.py).
+"""One node's part of a Slurm job (called by scripts/slurm/train.slurm through srun; logic in drgrpo/planning/slurm.py).
 
 launch.py plan RECIPE [--accelerate_config C] [-- overrides]    check the recipe at this job's world size
 launch.py nodes --training | --server                           the job's training nodes / its vLLM server node
@@ -14,9 +14,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from drgrpo.errors import run_main
-from drgrpo.launch import slurm_job, train_command, vllm_server_command
+from drgrpo.core.errors import run_main
 from drgrpo.planning import format_report, plan_recipe
+from drgrpo.planning.slurm import slurm_job, train_command, vllm_server_command
 
 
 def _tool(name: str) -> str:

@@ -1,0 +1,15 @@
+"""The algorithm: group advantages, KL, dynamic sampling, end-of-answer tokens, the GRPO-family keys, the config with
+the Dr.GRPO switch, and `DrGRPOTrainer`, TRL's `GRPOTrainer` with these pieces in place of its own.
+
+May import: `drgrpo.core`, `rewards`, `drgrpo.data`, `drgrpo.observe` (and torch, TRL). The config lives here, not in
+`drgrpo.recipe`, because the trainer needs it and it is built from the family, eos and diagnostics keys below it.
+
+Modules, each importing only the ones listed before it:
+- `advantages`: `group_advantages` (GRPO / Dr.GRPO / leave-one-out) and reward combination, pure functions;
+- `kl`: KL to the reference policy as a penalty in the reward (verl's estimators);
+- `eos`: `EosArguments`, extra end-of-answer tokens for TRL, vLLM and transformers;
+- `family`: `FamilyArguments`, the GRPO family as recipe keys, and the card that names a config's member;
+- `dynamic_sampling`: DAPO dynamic sampling (groups whose rewards differ, refilled from fresh prompts);
+- `config`: `DrGRPOConfig`, where `dr_grpo: true` is resolved into TRL's settings;
+- `trainer`: `DrGRPOTrainer`, the smallest set of `GRPOTrainer` overrides that uses the modules above.
+"""

@@ -1,0 +1,194 @@
+"""The trainer's configuration: `DrGRPOConfig`, TRL's `GRPOConfig` plus the Dr.GRPO switch and the family keys.
+
+The Dr.GRPO switch is resolved here, once, so that the trainer and everything after it only sees TRL's plain
+settings (`scale_rewards`, `loss_type`, `beta`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from transformers.utils import is_torch_bf16_gpu_available
+from trl import GRPOConfig
+
+from drgrpo.algorithm.eos import EosArguments
+from drgrpo.algorithm.family import FamilyArguments
+from drgrpo.observe.diagnostics import DiagnosticsArguments
+
+# What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
+DR_GRPO_SETTINGS: dict[str, Any] = {"scale_rewards": "none", "loss_type": "dr_grpo", "beta": 0.0}
+# TRL 1.16's defaults for the same three keys, used when `dr_grpo` is off and the recipe leaves them unset.
+TRL_DEFAULTS: dict[str, Any] = {"scale_rewards": "group", "loss_type": "dapo", "beta": 0.0}
+
+_SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false": "none"}
+
+
+@dataclass
+class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, GRPOConfig):
+    """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
+
+    `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
+    (each completion's token-loss sum divided by the constant `max_completion_length`, averaged over completions)
+    and `beta=0.0` (no KL term, so no reference model). Setting any of the three to another value as well is an
+    error rather than a silent override: a half-applied Dr.GRPO (e.g. the length-unbiased loss with std-scaled
+    advantages) is a different algorithm.
+
+    `scale_rewards`, `loss_type` and `beta` default to `None` here, meaning "not set by the recipe"; after
+    `__post_init__` they always hold the resolved values (TRL's defaults when `dr_grpo` is off).
+
+    `advantage_std_ddof` and `advantage_epsilon` select the std convention used when advantages *are* scaled
+    (GRPO): TRL's (1, 1e-4, the defaults), verl's (1, 1e-6) or the population std of the reference table (0, 1e-8).
+
+    The diagnostics settings (`correctness_reward`, the warning thresholds and their off switch) are documented in
+    `drgrpo.observe.diagnostics.DiagnosticsArguments`; `extra_eos_tokens` in `drgrpo.algorithm.eos.EosArguments`; the
+    GRPO-family keys (`advantage_estimator`, `kl_in_reward_coef`, `kl_estimator`, `dynamic_sampling`) in
+    `drgrpo.algorithm.family.FamilyArguments`.
+    `dr_grpo: true` keeps `beta: 0` (no KL in the loss) but allows a KL in the reward (`kl_in_reward_coef`).
+    """
+
+    dr_grpo: bool = field(
+        default=False,
+        metadata={
+            "help": "Use Dr.GRPO (Liu et al. 2025): scale_rewards='none', loss_type='dr_grpo', beta=0.0. Setting one "
+            "of those three to a different value as well is an error. A KL in the reward (kl_in_reward_coef) is "
+            "still allowed."
+        },
+    )
+    scale_rewards: str | None = field(
+        default=None,
+        metadata={
+            "help": "How group advantages are scaled: 'group' (divide by the group's std, GRPO), 'batch' or 'none' "
+            "(Dr.GRPO). Unset: 'none' with dr_grpo, else TRL's default 'group'."
+        },
+    )
+    loss_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "How token losses are aggregated (TRL loss_type: grpo, dapo, bnpo, dr_grpo, ...). Unset: "
+            "'dr_grpo' with dr_grpo, else TRL's default 'dapo'."
+        },
+    )
+    beta: float | None = field(
+        default=None,
+        metadata={"help": "KL coefficient. Unset: 0.0 (no reference model). dr_grpo requires 0.0."},
+    )
+    advantage_std_ddof: int = field(
+        default=1,
+        metadata={
+            "help": "Delta degrees of freedom of the group std when advantages are std-scaled: 1 (sample std; TRL, "
+            "verl) or 0 (population std)."
+        },
+    )
+    advantage_epsilon: float = field(
+        default=1e-4,
+        metadata={"help": "Added to the group std before dividing: 1e-4 (TRL), 1e-6 (verl), 1e-8 (reference table)."},
+    )
+
+    zero_reward_for_truncated: bool = field(
+        default=False,
+        metadata={
+            "help": "Score a completion cut at max_completion_length (no end-of-answer token) 0 on every reward "
+            "function, as the Dr.GRPO paper's runs do. It stays in its group with reward 0, unlike TRL's "
+            "mask_truncated_completions, which leaves it out of the loss."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scale_rewards, (bool, str)):
+            key = self.scale_rewards.lower() if isinstance(self.scale_rewards, str) else self.scale_rewards
+            self.scale_rewards = _SCALE_REWARDS_ALIASES.get(key, self.scale_rewards)
+        if self.beta is not None:
+            self.beta = float(self.beta)
+        resolve_dr_grpo(self)
+        if self.bf16 is None and not self.fp16 and not self.use_cpu and not is_torch_bf16_gpu_available():
+            # TRL turns an unset bf16 into True, which transformers refuses on a machine without a bf16 GPU (unless
+            # use_cpu is set). Unset there means fp32, so the config can be built and inspected anywhere.
+            self.bf16 = False
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ValueError(
+                f"num_generations={self.num_generations}: GRPO needs at least 2 completions per prompt. The advantage "
+                "compares each completion with its siblings; a group of one has no baseline and carries no learning "
+                "signal. Set num_generations to 8 or more (papers use 8-64)."
+            )
+        if self.advantage_std_ddof not in (0, 1):
+            raise ValueError(f"advantage_std_ddof must be 0 or 1, got {self.advantage_std_ddof}.")
+        if self.advantage_epsilon < 0:
+            raise ValueError(f"advantage_epsilon must be >= 0, got {self.advantage_epsilon}.")
+        self.check_diagnostics_settings()  # correctness_reward, warning thresholds: drgrpo/observe/diagnostics.py
+        self.check_family_settings()  # advantage baseline, KL in reward, dynamic sampling: drgrpo/algorithm/family.py
+        super().__post_init__()
+
+    @property
+    def algorithm_summary(self) -> str:
+        """One line naming the resolved algorithm, logged by the trainer at start-up; it lists only knobs that act."""
+        name = "Dr.GRPO" if self.dr_grpo else "GRPO"
+        parts = [f"scale_rewards={self.scale_rewards}", f"loss_type={self.loss_type}", f"beta={self.beta}"]
+        if self.loss_type == "dr_grpo":
+            parts.append(f"loss constant={self.max_completion_length}")
+        trl_scaling = self.trl_advantage_scaling
+        if trl_scaling is not None:
+            parts.append(f"advantages: {trl_scaling}")
+        elif self.scale_rewards == "group":
+            parts.append(f"std ddof={self.advantage_std_ddof}, eps={self.advantage_epsilon:g}")
+        return f"algorithm: {name} ({', '.join(parts)})"
+
+    # --- which advantage settings act (issue 11: the summary names only those; the others get a warning) ---
+    @property
+    def trl_advantage_scaling(self) -> str | None:
+        """What TRL's own advantage computation does when `DrGRPOTrainer` keeps it, or None when ours is used.
+
+        `DrGRPOTrainer` replaces TRL's advantages only for summed rewards with group or no std scaling; TRL's batch
+        scaling and `normalize_then_sum` stay TRL's, with TRL's fixed convention (`nanstd`, ddof 1, eps 1e-4).
+        """
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            return (
+                "TRL's normalize_then_sum (each reward divided by its group std, their weighted sum by the batch "
+                "std; ddof 1, eps 1e-4)"
+            )
+        if self.scale_rewards == "batch":
+            return "TRL's batch scaling (group mean, std of the whole batch; ddof 1, eps 1e-4)"
+        return None
+
+    @property
+    def inactive_advantage_settings(self) -> list[str]:
+        """A warning for each of `advantage_std_ddof` / `advantage_epsilon` set away from its default where it does
+        not act, naming why; empty when both act or keep their defaults."""
+        std_keys = ("advantage_std_ddof", "advantage_epsilon")
+        defaults = {f.name: f.default for f in fields(DrGRPOConfig) if f.name in std_keys}
+        changed = [f"{key}={getattr(self, key)!r}" for key in std_keys if getattr(self, key) != defaults[key]]
+        if not changed:
+            return []
+        trl_scaling = self.trl_advantage_scaling
+        if trl_scaling is not None:
+            why = (
+                f"the advantages are {trl_scaling}, which DrGRPOTrainer leaves to TRL; the std convention is "
+                "chosen only for scale_rewards: group with multi_objective_aggregation: sum_then_normalize"
+            )
+        elif self.scale_rewards == "none":
+            why = "scale_rewards=none divides by no std, so there is no std convention to choose"
+        else:
+            return []
+        return [f"{', '.join(changed)} set but not applied: {why}. Remove the key(s) from the recipe."]
+
+
+def resolve_dr_grpo(config: DrGRPOConfig) -> None:
+    """Fill `scale_rewards`, `loss_type` and `beta` from the `dr_grpo` switch, or raise on a contradiction."""
+    if config.dr_grpo:
+        for key, required in DR_GRPO_SETTINGS.items():
+            value = getattr(config, key)
+            if value is not None and value != required:
+                raise ValueError(
+                    f"{key}={value!r} contradicts dr_grpo=true, which requires {key}={required!r}. Remove {key} from "
+                    f"the recipe/command line (dr_grpo sets it), or set dr_grpo: false to run that variant."
+                )
+            setattr(config, key, required)
+        if config.multi_objective_aggregation == "normalize_then_sum":
+            raise ValueError(
+                "multi_objective_aggregation='normalize_then_sum' contradicts dr_grpo=true: it divides every reward "
+                "by its group std whatever scale_rewards says. Use multi_objective_aggregation: sum_then_normalize."
+            )
+    else:
+        for key, default in TRL_DEFAULTS.items():
+            if getattr(config, key) is None:
+                setattr(config, key, default)

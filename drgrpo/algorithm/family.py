@@ -1,0 +1,203 @@
+"""The GRPO family as recipe keys, and the card that says which member a resolved config is.
+
+"GRPO" names a family: implementations differ in how the advantage is baselined and normalised, how the ratio is
+formed and clipped, how token losses are aggregated, where the log-probs come from, where the KL goes and how stale
+the rollouts are (the five questions of the background note, section 6). `FamilyArguments` adds the members TRL
+1.16 lacks (leave-one-out baseline, KL in the reward, DAPO dynamic sampling); `family_card` answers the questions for
+a resolved `DrGRPOConfig`, logged at start-up and printed by `scripts/train.py RECIPE --explain`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from drgrpo.algorithm.kl import KL_ESTIMATORS
+
+ADVANTAGE_ESTIMATORS = ("group_mean", "leave_one_out")
+
+
+@dataclass
+class FamilyArguments:
+    """Advantage baseline, KL in the reward and dynamic sampling (mixed into `DrGRPOConfig`)."""
+
+    advantage_estimator: str = field(
+        default="group_mean",
+        metadata={
+            "help": "Baseline of the group advantage: 'group_mean' (GRPO/Dr.GRPO: R_i - mean of the group) or "
+            "'leave_one_out' (RLOO: R_i - mean of the *other* completions of the prompt)."
+        },
+    )
+    kl_in_reward_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "KL penalty folded into the reward (verl use_kl_in_reward + kl_ctrl.kl_coef, Oat kl_penalty_coef): "
+            "each completion's reward becomes R - coef * sum_t KL_t before the group advantage. 0 = off. Loads a "
+            "reference model. Independent of beta (KL in the loss); allowed with dr_grpo."
+        },
+    )
+    kl_estimator: str = field(
+        default="k1",
+        metadata={
+            "help": "Per-token KL estimator of kl_in_reward_coef, as verl's kl_penalty: 'k1' (log ratio), 'k2' "
+            "(half squared log ratio), 'k3' / 'low_var_kl' (clamped exp(-x) + x - 1)."
+        },
+    )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling (verl algorithm.filter_groups): drop groups whose rewards are all equal and "
+            "generate for fresh training prompts until the generation batch is full again. The batch size, hence the "
+            "dr_grpo normaliser, never changes."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=4,
+        metadata={
+            "help": "Generation rounds per batch at most (the first included; verl max_num_gen_batches). If the batch "
+            "is still short, it is filled with dropped groups (advantage 0: no policy signal) and a warning is "
+            "logged once."
+        },
+    )
+
+    def check_family_settings(self) -> None:
+        """Raise a `ValueError` naming the key when a family setting is unknown or contradicts another."""
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(
+                f"advantage_estimator={self.advantage_estimator!r} is not one of {list(ADVANTAGE_ESTIMATORS)}."
+            )
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"kl_estimator={self.kl_estimator!r} is not one of {list(KL_ESTIMATORS)} (verl's 'kl' is 'k1' and "
+                "'mse' is 'k2')."
+            )
+        if self.kl_in_reward_coef < 0:
+            raise ValueError(f"kl_in_reward_coef must be >= 0 (0 turns it off), got {self.kl_in_reward_coef}.")
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
+        ours = {
+            "advantage_estimator=leave_one_out": self.advantage_estimator == "leave_one_out",
+            "kl_in_reward_coef > 0": self.kl_in_reward_coef > 0,
+            "dynamic_sampling": self.dynamic_sampling,
+        }
+        for name, on in ours.items():
+            if not on:
+                continue
+            if getattr(self, "scale_rewards", None) == "batch":
+                raise ValueError(
+                    f"{name} works on group advantages; scale_rewards='batch' keeps TRL's batch-wide advantage, which "
+                    "ignores it. Use scale_rewards: group or none."
+                )
+            if getattr(self, "multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+                raise ValueError(
+                    f"{name} works on summed rewards; multi_objective_aggregation='normalize_then_sum' keeps TRL's "
+                    "own advantage. Use multi_objective_aggregation: sum_then_normalize."
+                )
+
+    @property
+    def uses_reference_model(self) -> bool:
+        """Whether a reference policy is needed: a KL in the loss (`beta`) or in the reward."""
+        return bool(getattr(self, "beta", 0.0)) or self.kl_in_reward_coef > 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The family card
+# ----------------------------------------------------------------------------------------------------------------------
+_LOSS_AGGREGATION = {
+    "grpo": "per sequence first: mean_i( sum_t L_it / |o_i| ) (length-biased; verl seq-mean-token-mean)",
+    "bnpo": "per token over the local micro-batch: sum_it L_it / sum_i |o_i|",
+    "dapo": "per token over the generation batch, all processes: sum_it L_it / total tokens (verl token-mean)",
+    "dr_grpo": "sum_it L_it / (B x {max_len}), B = {batch} completions per micro-batch (verl seq-mean-token-sum-norm, "
+    "up to the batch factor)",
+}
+
+
+def _advantage_line(config: Any) -> str:
+    baseline = (
+        "leave-one-out mean of the other completions" if config.advantage_estimator == "leave_one_out" else "group mean"
+    )
+    trl_scaling = getattr(config, "trl_advantage_scaling", None)
+    if trl_scaling is not None:
+        return trl_scaling
+    if config.scale_rewards == "group":
+        scale = f"divided by the group std (ddof={config.advantage_std_ddof}, eps={config.advantage_epsilon:g})"
+    else:
+        scale = "not divided by any std (Dr.GRPO)"
+    return f"per group of {config.num_generations}; baseline: {baseline}; {scale}"
+
+
+def _ratio_line(config: Any) -> str:
+    high = config.epsilon_high if config.epsilon_high is not None else config.epsilon
+    clip = f"clip [1 - {config.epsilon:g}, 1 + {high:g}]"
+    if config.delta is not None:
+        clip += f", two-sided cap {config.delta:g}"
+    level = "sequence" if config.importance_sampling_level == "sequence" else "token"
+    return f"{level}-level pi_theta/pi_old, {clip} (loss_type={config.loss_type})"
+
+
+def _loss_line(config: Any) -> str:
+    template = _LOSS_AGGREGATION.get(config.loss_type)
+    if template is None:
+        return f"TRL loss_type={config.loss_type} (see TRL's GRPOConfig docs)"
+    return template.format(max_len=config.max_completion_length, batch=config.per_device_train_batch_size)
+
+
+def _logprob_line(config: Any) -> str:
+    if config.use_vllm:
+        source = f"sampled by vLLM ({config.vllm_mode}); trainer recomputes pi_old"
+        if config.vllm_importance_sampling_correction:
+            source += (
+                f"; IS correction {config.vllm_importance_sampling_mode} "
+                f"(cap {config.vllm_importance_sampling_clip_max or config.vllm_importance_sampling_cap})"
+            )
+        else:
+            source += "; no IS correction"
+        return source
+    generate_every = config.steps_per_generation * config.num_iterations
+    if config.gradient_accumulation_steps % generate_every != 0:
+        return "sampled by the trainer (transformers generate); pi_old recomputed by the trainer before the updates"
+    return "sampled by the trainer (transformers generate); pi_old = pi_theta (on-policy, not recomputed)"
+
+
+def _kl_line(config: Any) -> str:
+    parts = []
+    if config.beta:
+        parts.append(f"in the loss, beta={config.beta:g} (TRL k3)")
+    if config.kl_in_reward_coef > 0:
+        parts.append(f"in the reward, coef={config.kl_in_reward_coef:g}, estimator {config.kl_estimator} (summed)")
+    if not parts:
+        return "none (no reference model)"
+    return "; ".join(parts) + "; reference model loaded"
+
+
+def _staleness_line(config: Any) -> str:
+    line = (
+        f"num_iterations={config.num_iterations}, steps_per_generation={config.steps_per_generation} "
+        f"(gradient_accumulation_steps={config.gradient_accumulation_steps})"
+    )
+    if config.dynamic_sampling:
+        line += (
+            f"; dynamic sampling: all-equal groups dropped and refilled, up to "
+            f"{config.dynamic_sampling_max_rounds} generation rounds per batch"
+        )
+    return line
+
+
+def family_card(config: Any) -> str:
+    """A block answering the background note's five questions for a resolved `DrGRPOConfig`."""
+    name = "Dr.GRPO" if config.dr_grpo else "GRPO"
+    if config.advantage_estimator == "leave_one_out":
+        name += " + leave-one-out"
+    if config.dynamic_sampling:
+        name += " + dynamic sampling"
+    rows = [
+        ("advantage", _advantage_line(config)),
+        ("ratio", _ratio_line(config)),
+        ("loss", _loss_line(config)),
+        ("log-probs", _logprob_line(config)),
+        ("KL", _kl_line(config)),
+        ("staleness", _staleness_line(config)),
+    ]
+    width = max(len(key) for key, _ in rows)
+    lines = [f"GRPO family card: {name}", *(f"  {key:<{width}}  {value}" for key, value in rows)]
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""`DrGRPOTrainer`: TRL's `GRPOTrainer` with its advantages computed by `drgrpo.algorithm.advantages.group_advantages`,
+and the per-step diagnostics of `drgrpo.observe.diagnostics` logged next to TRL's own metrics.
+
+Everything else (generation, the clipped surrogate, the `dr_grpo` loss aggregation, vLLM, DeepSpeed) is TRL's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableSequence, Sequence
+
+import torch
+from trl import GRPOTrainer
+
+from drgrpo.algorithm.advantages import combine_rewards, group_advantages, truncated_completions, zero_truncated_rewards
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.dynamic_sampling import DynamicSampler
+from drgrpo.algorithm.eos import apply_extra_eos_tokens
+from drgrpo.algorithm.family import family_card
+from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
+from drgrpo.observe import diagnostics, metric_names
+
+logger = logging.getLogger(__name__)
+
+
+def replace_tail(buffer: MutableSequence[float], values: Sequence[float]) -> None:
+    """Overwrite the last `len(values)` entries of `buffer` (a list or a bounded deque) with `values`, in order.
+
+    When the buffer holds fewer entries than `values` (a deque whose `maxlen` is below the batch), its entries are
+    the batch's last ones, so they get the last values.
+    """
+    count = min(len(buffer), len(values))
+    offset = len(buffer) - count
+    for i, value in enumerate(values[len(values) - count :]):
+        buffer[offset + i] = value
+
+
+class DrGRPOTrainer(GRPOTrainer):
+    """GRPO / Dr.GRPO trainer configured by a `DrGRPOConfig`.
+
+    With every added key at its default, the only change to TRL's algorithm is *where the advantage comes from*: one
+    pure, tested function (`group_advantages`) whose std convention (`advantage_std_ddof`, `advantage_epsilon`) the
+    config chooses, which reproduces TRL's numbers, a group of one (eval with `num_generations_eval: 1`) included:
+    its advantage is 0, as in TRL. The completions table of `log_completions` shows the advantages actually trained
+    on. The GRPO family's keys act at the same places: the baseline (`advantage_estimator: leave_one_out`), a KL
+    folded into the reward before the advantage (`kl_in_reward_coef`, drgrpo/algorithm/kl.py), which groups are trained
+    on (`dynamic_sampling`, drgrpo/algorithm/dynamic_sampling.py), and the paper's reward of 0 for truncated completions
+    (`zero_reward_for_truncated`).
+
+    Every step it also logs the `diag/` metrics (pass rate, all-correct / all-wrong group shares, pass@G, lengths of
+    correct and incorrect completions, truncation rate, and the pi_theta/pi_old ratio before the first update when
+    TRL keeps old log-probs), and, unless `diagnostics_warnings` is off, warns when they match a known failure.
+    """
+
+    args: DrGRPOConfig
+
+    def __init__(self, *args, **kwargs) -> None:
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        # TRL builds (and DeepSpeed/FSDP-prepares, or gives a PEFT "ref" adapter) a reference model only when
+        # beta != 0. A KL in the reward needs one with beta == 0, so TRL is shown a non-zero beta while it builds it,
+        # and the loss's beta is put back to 0 right after: the reference comes from TRL's own code path.
+        kl_in_reward_only = isinstance(config, DrGRPOConfig) and config.kl_in_reward_coef > 0 and config.beta == 0.0
+        if kl_in_reward_only:
+            config.beta = 1.0
+        try:
+            super().__init__(*args, **kwargs)
+        finally:
+            if kl_in_reward_only:
+                config.beta = 0.0
+                self.beta = 0.0
+        if not isinstance(self.args, DrGRPOConfig):
+            raise TypeError(f"DrGRPOTrainer needs a DrGRPOConfig, got {type(self.args).__name__}.")
+        self._last_rewards_per_func: torch.Tensor | None = None
+        self._correctness_index = diagnostics.resolve_correctness_reward(
+            self.reward_func_names, self.args.correctness_reward
+        )
+        self._ratio_probe: dict | None = None
+        # The recipe's extra end-of-answer tokens join TRL's eos list and both generation backends' stop lists.
+        apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
+        self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
+        if self.args.diagnostics_warnings:
+            self.add_callback(diagnostics.DiagnosticsCallback(self.args))
+        if self.accelerator.is_main_process:
+            logger.warning(self.args.algorithm_summary)
+            logger.warning(family_card(self.args))
+            for message in self.args.inactive_advantage_settings:
+                logger.warning(message)
+
+    # Override: keep the (all-process) rewards TRL just computed, so that the advantage override below starts from
+    # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
+    # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
+    # normalises the rewards.
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.args.zero_reward_for_truncated:
+            stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+            truncated = truncated_completions(completion_ids_list, stop_token_ids).to(rewards_per_func.device)
+            # TRL's rewards are already gathered over processes, in process order: gather the flags the same way.
+            rewards_per_func = zero_truncated_rewards(rewards_per_func, self.accelerator.gather(truncated))
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    # Override: the diagnostics are logged here, on the batch that is trained on; with `dynamic_sampling` that batch is
+    # assembled from several generation rounds of `_score_generation` (drgrpo/algorithm/dynamic_sampling.py).
+    def _generate_and_score_completions(self, inputs):
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        if self._dynamic_sampler is not None and mode == "train":
+            output = self._dynamic_sampler.fill(inputs, self._score_generation)
+        else:
+            output = self._score_generation(inputs)
+        self._log_batch_diagnostics(output, mode, num_generations)
+        return output
+
+    # TRL computes advantages inline in its 400-line `_generate_and_score_completions`; we let it run unchanged and
+    # then replace its advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases
+    # with summed rewards are ours; TRL's 'batch' scaling and 'normalize_then_sum' keep TRL's own advantages
+    # (`DrGRPOConfig.trl_advantage_scaling`). A group of one (eval with num_generations_eval=1) gets 0, as in TRL.
+    def _score_generation(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        if self.args.trl_advantage_scaling is not None:
+            return output
+        rewards = combine_rewards(self._last_rewards_per_func, self.reward_weights)
+        if self.args.kl_in_reward_coef > 0 and mode == "train":
+            sequence_kls = batch_sequence_kls(self, output)  # drgrpo/algorithm/kl.py: verl's apply_kl_penalty, summed
+            rewards = kl_penalised_rewards(rewards, sequence_kls.to(rewards.device), self.args.kl_in_reward_coef)
+            self._metrics[mode][metric_names.KL_IN_REWARD].append(sequence_kls.float().mean().item())
+        advantages = group_advantages(
+            rewards,
+            num_generations,
+            scale_by_std=self.scale_rewards == "group",
+            std_ddof=self.args.advantage_std_ddof,
+            epsilon=self.args.advantage_epsilon,
+            leave_one_out=self.args.advantage_estimator == "leave_one_out" and num_generations > 1,
+        )
+        local = output["advantages"].shape[0]
+        start = self.accelerator.process_index * local
+        output["advantages"] = advantages[start : start + local].to(output["advantages"].device)
+        self._log_trained_advantages(advantages)
+        return output
+
+    def _log_trained_advantages(self, advantages: torch.Tensor) -> None:
+        """Put the advantages trained on into the completions table (`log_completions`).
+
+        TRL has just appended its own all-process advantages for this batch to `self._logs["advantages"]`, before
+        our replacement; overwrite exactly those entries, so that the table shows what the loss received.
+        """
+        replace_tail(self._logs["advantages"], advantages.tolist())
+
+    def _log_batch_diagnostics(self, output: dict, mode: str, num_generations: int) -> None:
+        """Append this generation batch's `diag/` metrics (all processes' completions) to TRL's metric buffer."""
+        stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
+        lengths, truncated = diagnostics.completion_lengths_and_truncation(
+            output["completion_ids"], output["completion_mask"], stop_token_ids, self.max_completion_length
+        )
+        # Gathered in process order, the same order as TRL's all-process `rewards_per_func`.
+        lengths, truncated = self.accelerator.gather(lengths), self.accelerator.gather(truncated)
+        correctness = None
+        if self._correctness_index is not None and self._last_rewards_per_func is not None:
+            correctness = self._last_rewards_per_func[:, self._correctness_index]
+        metrics = diagnostics.batch_diagnostics(
+            lengths, truncated, correctness, num_generations, self.args.correctness_threshold
+        )
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+
+    # Override: TRL forms pi_theta / pi_old inside this method without logging it. Before the first optimizer step on
+    # a batch of rollouts it must be ~1 (background note, section 2), so on those micro-steps we arm a probe that
+    # reads the trainer's log-probs from the loss's own forward pass (no extra forward).
+    def _compute_loss(self, model, inputs):
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        has_reference = "old_per_token_logps" in inputs or "sampling_per_token_logps" in inputs
+        if (
+            model.training
+            and has_reference
+            and diagnostics.before_first_update(self._step, generate_every, self.args.gradient_accumulation_steps)
+        ):
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            self._ratio_probe = {"inputs": inputs, "mask": mask}
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._ratio_probe = None
+
+    # Override: only to hand the loss forward's log-probs to the probe armed in `_compute_loss` (the one call that asks
+    # for entropies); the result is returned unchanged.
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._ratio_probe is not None and kwargs.get("compute_entropy"):
+            self._log_first_update_ratios(result[0], **self._ratio_probe)
+        return result
+
+    def _log_first_update_ratios(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
+        """Log pi_theta/pi_old (TRL old log-probs) and pi_trainer/pi_sampler (vLLM log-probs) on this micro-batch."""
+        pairs = (
+            ("old_per_token_logps", metric_names.FIRST_UPDATE_RATIO_MEAN, metric_names.FIRST_UPDATE_MAX_ABS_LOG_RATIO),
+            (
+                "sampling_per_token_logps",
+                metric_names.SAMPLER_TRAINER_RATIO_MEAN,
+                metric_names.SAMPLER_TRAINER_MAX_ABS_LOG_RATIO,
+            ),
+        )
+        for key, mean_name, max_name in pairs:
+            if key not in inputs:
+                continue
+            sums = diagnostics.log_ratio_sums(per_token_logps, inputs[key], mask)
+            mean_ratio, max_abs_log = diagnostics.ratio_statistics(self.accelerator.gather(sums))
+            self._metrics["train"][mean_name].append(mean_ratio)
+            self._metrics["train"][max_name].append(max_abs_log)
+
+    # Override: TRL's `log` averages every metric's list of values since the last log. For the maxima among our
+    # metrics that would be a mean of per-micro-step maxima; reduce their lists with max first, so they stay maxima.
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        diagnostics.reduce_to_max(self._metrics[mode], metric_names.MAXIMUM_METRICS)
+        super().log(logs, start_time)

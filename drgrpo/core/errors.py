@@ -1,0 +1,84 @@
+"""User errors: one or two lines (the cause, the file/key/value, the fix) instead of a traceback.
+
+Every script's entry point runs through `run_main`. An exception that is a *user error* prints as
+
+    error: <message>
+    (the full traceback: rerun with --traceback, or set DRGRPO_DEBUG=1)
+
+and exits with status 2; anything else is a bug and keeps its traceback. A user error is
+
+- a `RecipeError` (or one of its subclasses below), raised for a mistake in a recipe, a command line or an input file;
+- a `ValueError` or `FileNotFoundError` raised by the project's own code (`drgrpo/`, `rewards/`, `scripts/`): the
+  project's convention is that these carry a message written for the user, naming the key and the fix.
+
+This module imports only the standard library, so that scripts can install the handler before their heavy imports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT_DIRS = tuple(str(ROOT / name) + os.sep for name in ("drgrpo", "rewards", "scripts"))
+TRACEBACK_FLAG = "--traceback"
+DEBUG_ENV = "DRGRPO_DEBUG"
+EXIT_USER_ERROR = 2
+
+
+class RecipeError(ValueError):
+    """A mistake in a recipe, a command line or an input file; the message names the key/file/value and the fix."""
+
+
+class RecipeFileNotFoundError(RecipeError, FileNotFoundError):
+    """A file the recipe or command line names does not exist."""
+
+
+class RecipeImportError(RecipeError, ImportError):
+    """A module or file the recipe names (a custom reward) cannot be imported."""
+
+
+def _raised_in_project(error: BaseException) -> bool:
+    """Whether the innermost frame of the error's traceback is in the project's own code."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(PROJECT_DIRS)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether `error` is a user error (see the module docstring) rather than a bug."""
+    if isinstance(error, RecipeError):
+        return True
+    return isinstance(error, (ValueError, FileNotFoundError)) and _raised_in_project(error)
+
+
+def format_user_error(error: BaseException) -> str:
+    """The two lines printed for a user error."""
+    message = str(error).strip() or type(error).__name__
+    return f"error: {message}\n(the full traceback: rerun with {TRACEBACK_FLAG}, or set {DEBUG_ENV}=1)"
+
+
+def debug_requested(argv: list[str], environ: Mapping[str, str] = os.environ) -> bool:
+    """`--traceback` on the command line or DRGRPO_DEBUG set to anything but "" / "0"."""
+    return TRACEBACK_FLAG in argv or environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """Run a script's `main()` and exit with its status when it returns an int (`sys.exit(main())`); any other
+    return value (None, `evaluate.py`'s summary) means success and returns. A user error prints two lines, status 2.
+
+    `--traceback` is removed from `sys.argv` before `main` parses it.
+    """
+    debug = debug_requested(sys.argv)
+    sys.argv = [arg for arg in sys.argv if arg != TRACEBACK_FLAG]
+    try:
+        status = main()
+    except Exception as error:
+        if debug or not is_user_error(error):
+            raise
+        print(format_user_error(error), file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    if isinstance(status, int) and not isinstance(status, bool):
+        sys.exit(status)

@@ -1,0 +1,184 @@
+"""GRPO vs Dr.GRPO on the same tiny task: train both recipes with the same seed, model and data, evaluate both on the
+held-out problems, and write the overlay plot and a markdown summary of what was measured.
+
+The tiny model, task data and SFT warm-start are the demo's (`drgrpo.experiments.demo`), reused when `make demo` already
+built them. The summary reports the numbers whichever way they come out; on a 4-token addition task the length effect
+the Dr.GRPO paper reports (wrong answers growing under GRPO) has little room to show, and one seed is one sample.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from drgrpo.observe import metric_names as d
+from drgrpo.observe.plotting import metric_series, plot_runs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CompareSettings:
+    """What `make compare` trains and where it writes. Both runs get the same model, data, seed and overrides."""
+
+    output_dir: str = "outputs/compare"
+    demo_dir: str = "outputs/demo"
+    recipes: tuple[str, ...] = ("recipes/tiny_grpo.yaml", "recipes/tiny_drgrpo.yaml")
+    seed: int = 42
+    final_window: int = 10
+    overrides: tuple[str, ...] = field(default_factory=tuple)
+
+
+def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path, Path]:
+    """(warm-started model, train file, test file) of the demo; built with `drgrpo.experiments.demo`'s own stages when
+    missing, so that the comparison starts from exactly the policy and task that `make demo` trains."""
+    from drgrpo.experiments.demo import DemoSettings, prepare_warm_start
+
+    demo_dir = Path(demo_dir)
+    model, train_file, test_file = demo_dir / "sft", demo_dir / "data" / "train.jsonl", demo_dir / "data" / "test.jsonl"
+    if (model / "config.json").is_file() and train_file.is_file() and test_file.is_file():
+        logger.warning("Reusing the demo's warm-started model and data in %s (delete it to rebuild)", demo_dir)
+        return model, train_file, test_file
+    logger.warning("Building the demo's task, tiny model and SFT warm-start in %s", demo_dir)
+    _, model, data = prepare_warm_start(DemoSettings(output_dir=str(demo_dir), seed=seed))
+    return model, data["train"], data["test"]
+
+
+def final_mean(history: Sequence[Mapping], key: str, window: int) -> float | None:
+    """Mean of a metric over its last `window` logged values (None if never logged): the end-of-training level,
+    less noisy than the single last log."""
+    _, values = metric_series(history, key)
+    if not values:
+        return None
+    recent = values[-window:]
+    return sum(recent) / len(recent)
+
+
+def run_summary(label: str, algorithm: str, history: Sequence[Mapping], evaluation: Mapping, window: int) -> dict:
+    """One row of the comparison: end-of-training diagnostics and held-out evaluation of one run."""
+    return {
+        "run": label,
+        "algorithm": algorithm,
+        "train_pass_rate": final_mean(history, d.PASS_RATE, window),
+        "train_length_correct": final_mean(history, d.LENGTH_CORRECT, window),
+        "train_length_incorrect": final_mean(history, d.LENGTH_INCORRECT, window),
+        "zero_std_share": final_mean(history, d.TRL_ZERO_STD_SHARE, window),
+        "groups_all_correct": final_mean(history, d.GROUPS_ALL_CORRECT, window),
+        "groups_all_wrong": final_mean(history, d.GROUPS_ALL_WRONG, window),
+        "truncation_rate": final_mean(history, d.TRUNCATION_RATE, window),
+        "eval_pass_at_1": evaluation.get("pass@1"),
+        "eval_length_correct": evaluation.get("mean_length_correct"),
+        "eval_length_incorrect": evaluation.get("mean_length_incorrect"),
+        "eval_problems": evaluation.get("num_problems"),
+    }
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _tokens(value: float | None) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
+def comparison_markdown(rows: Sequence[Mapping], baseline: Mapping | None, notes: Sequence[str], window: int) -> str:
+    """The markdown summary: one table row per run, the starting model's held-out accuracy, and what differs."""
+    lines = [
+        "# GRPO vs Dr.GRPO on the tiny addition task",
+        "",
+        f"Training columns: mean of the last {window} logged steps. Held-out: greedy decoding on the demo's test "
+        "problems, graded by the evaluator (`drgrpo.evaluation`).",
+        "",
+        "| run | held-out pass@1 | train pass rate | length correct / incorrect (train, tokens) "
+        "| length correct / incorrect (held-out) | zero-variance groups (all correct + all wrong) | truncated |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['run']} | {_percent(row['eval_pass_at_1'])} | {_percent(row['train_pass_rate'])} "
+            f"| {_tokens(row['train_length_correct'])} / {_tokens(row['train_length_incorrect'])} "
+            f"| {_tokens(row['eval_length_correct'])} / {_tokens(row['eval_length_incorrect'])} "
+            f"| {_percent(row['zero_std_share'])} ({_percent(row['groups_all_correct'])} + "
+            f"{_percent(row['groups_all_wrong'])}) | {_percent(row['truncation_rate'])} |"
+        )
+    lines.append("")
+    if baseline is not None:
+        lines.append(
+            f"Starting point (the warm-started model, before RL): held-out pass@1 {_percent(baseline['pass@1'])}."
+        )
+    lines += ["", "Algorithms:", *[f"- {row['run']}: `{row['algorithm']}`" for row in rows]]
+    if notes:
+        lines += ["", "Measured:", *[f"- {note}" for note in notes]]
+    lines += [
+        "",
+        "One seed per algorithm: a gap of a few points may not survive another seed "
+        "(`python scripts/compare.py --seed 1 --output_dir outputs/compare-seed1` shows the spread).",
+        "",
+        "Curves: `curves.png` (same folder).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def difference_notes(first: Mapping, second: Mapping) -> list[str]:
+    """Plain statements of how `second` differs from `first` on the headline numbers (signs as measured)."""
+    notes = []
+    for key, what, scale, unit in (
+        ("eval_pass_at_1", "held-out pass@1", 100, " points"),
+        ("train_length_incorrect", "mean length of incorrect training completions", 1, " tokens"),
+        ("zero_std_share", "zero-variance group share", 100, " points"),
+    ):
+        a, b = first.get(key), second.get(key)
+        if a is None or b is None or math.isnan(a) or math.isnan(b):
+            notes.append(f"{what}: not available for both runs.")
+        else:
+            notes.append(f"{what}: {second['run']} {scale * (b - a):+.2f}{unit} vs {first['run']}.")
+    return notes
+
+
+def run_comparison(settings: CompareSettings) -> dict:
+    """Train and evaluate both recipes, write `curves.png`, `summary.md` and `summary.json`; return the summary."""
+    from drgrpo.experiments.demo import held_out_summary
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
+
+    start = time.perf_counter()
+    out = Path(settings.output_dir)
+    model, train_file, test_file = ensure_demo_assets(settings.demo_dir)
+    rows, histories = [], {}
+    baseline = None
+    for recipe in settings.recipes:
+        name = Path(recipe).stem
+        overrides = [
+            "--model_name_or_path", str(model), "--dataset_path", str(train_file),
+            "--output_dir", str(out / name), "--seed", str(settings.seed), "--logging_steps", "1",
+            "--save_strategy", "no", "--report_to", "none",
+            "--overwrite_output_dir", "true",  # each comparison retrains both runs from the same start
+            *settings.overrides,
+        ]  # fmt: skip
+        script_args, training_args, model_args = parse_recipe([recipe, *overrides])
+        label = "Dr.GRPO" if training_args.dr_grpo else "GRPO"
+        run_start = time.perf_counter()
+        trainer = train(script_args, training_args, model_args)
+        train_seconds = time.perf_counter() - run_start
+        history = trainer.state.log_history
+        budget = training_args.max_completion_length
+        if baseline is None:
+            baseline = held_out_summary(model, test_file, out / "eval" / "start", budget)
+        evaluation = held_out_summary(out / name, test_file, out / "eval" / name, budget)
+        row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
+        row["train_seconds"] = round(train_seconds, 1)
+        rows.append(row)
+        histories[label] = history
+    plot_runs(histories, out / "curves.png", title="GRPO vs Dr.GRPO (same seed, model and data)")
+    notes = difference_notes(rows[0], rows[1]) if len(rows) == 2 else []
+    (out / "summary.md").write_text(comparison_markdown(rows, baseline, notes, settings.final_window))
+    summary = {"runs": rows, "start_pass_at_1": baseline["pass@1"] if baseline else None, "notes": notes,
+               "total_seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,10 @@
+"""Watching a run: the names of its metrics, the per-step diagnostics and warnings, and plots of its curves.
+
+May import: `drgrpo.core` (and torch, transformers, matplotlib). The trainer (`drgrpo.algorithm`) logs through it;
+plots read what a run wrote.
+
+Modules, each importing only the ones listed before it:
+- `metric_names`: the names of every metric that diagnostics, warnings and plots read (import-light, no torch);
+- `diagnostics`: `DiagnosticsArguments`, the per-step diag/ metrics and the callback that names known failures;
+- `plotting`: training-curve panels from `trainer_state.json`, several runs overlaid (PNG).
+"""

@@ -1,0 +1,405 @@
+"""Per-step diagnostics of a GRPO / Dr.GRPO run, and a callback that warns when they point at a known failure.
+
+What to watch comes from the background note's section 5 ("When training fails: what to look at first"): pass rate,
+the share of groups whose rewards are all equal split into all-correct / all-wrong, response length split into correct
+/ incorrect (the key curve of Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783, figure 5),
+truncation, entropy, KL, clip fraction, and the current/old probability ratio before the first update.
+
+Every formula is a small pure function on tensors or lists of floats, so it can be tested against hand-computed
+numbers; `DrGRPOTrainer` only gathers the batch tensors and calls them. All metric names share the `diag/` prefix so
+that dashboards (wandb, TensorBoard) group them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import TrainerCallback
+
+# The metric names live in an import-light module, so that plots read them without loading torch.
+from drgrpo.observe.metric_names import (
+    GROUPS_ALL_CORRECT,
+    GROUPS_ALL_WRONG,
+    LENGTH_CORRECT,
+    LENGTH_INCORRECT,
+    PASS_AT_GROUP,
+    PASS_RATE,
+    TRL_CLIP_FRACTION,
+    TRL_ENTROPY,
+    TRL_KL,
+    TRL_ZERO_STD_SHARE,
+    TRUNCATION_RATE,
+)
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Settings (mixed into DrGRPOConfig, so a recipe sets them like any other trainer key)
+# ----------------------------------------------------------------------------------------------------------------------
+@dataclass
+class DiagnosticsArguments:
+    """Which reward counts as "correct", and the thresholds of the warnings that point at a failure's cause."""
+
+    correctness_reward: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of the reward function whose score says whether a completion is correct (pass rate, pass@G, "
+            "correct/incorrect lengths). Unset: 'accuracy' when it is among reward_funcs, else no correctness metrics."
+        },
+    )
+    correctness_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "A completion counts as correct when its correctness reward is >= this (1.0 for 0/1 rewards)."
+        },
+    )
+    diagnostics_warnings: bool = field(
+        default=True,
+        metadata={"help": "Warn (once per kind) when the logged metrics match a row of the failure checklist."},
+    )
+    diagnostics_window: int = field(
+        default=5,
+        metadata={"help": "Number of consecutive log entries a warning condition is averaged over."},
+    )
+    warn_zero_std_share: float = field(
+        default=0.9,
+        metadata={"help": "Warn when the share of groups with all-equal rewards (no gradient) exceeds this."},
+    )
+    warn_truncation_rate: float = field(
+        default=0.5,
+        metadata={"help": "Warn when the share of completions cut at max_completion_length exceeds this."},
+    )
+    warn_entropy_below: float = field(
+        default=0.05,
+        metadata={"help": "Warn when the mean per-token entropy (nats) falls below this."},
+    )
+    warn_jump_factor: float = field(
+        default=5.0,
+        metadata={"help": "Warn when clip fraction or KL exceeds this many times its median over the window."},
+    )
+    warn_clip_fraction_floor: float = field(
+        default=0.05,
+        metadata={"help": "A clip-fraction jump is reported only above this absolute value."},
+    )
+    warn_kl_floor: float = field(
+        default=0.1,
+        metadata={"help": "A KL jump is reported only above this absolute value."},
+    )
+
+    def check_diagnostics_settings(self) -> None:
+        """Raise a `ValueError` naming the key when a diagnostics setting is out of range."""
+        if self.diagnostics_window < 1:
+            raise ValueError(f"diagnostics_window must be >= 1, got {self.diagnostics_window}.")
+        for key in ("warn_zero_std_share", "warn_truncation_rate"):
+            value = getattr(self, key)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{key} is a share of the batch and must be in [0, 1], got {value}.")
+        if self.warn_jump_factor <= 1.0:
+            raise ValueError(
+                f"warn_jump_factor must be > 1 (a jump is a multiple of the recent median), got "
+                f"{self.warn_jump_factor}."
+            )
+        for key in ("warn_entropy_below", "warn_clip_fraction_floor", "warn_kl_floor"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}.")
+
+
+def resolve_correctness_reward(reward_func_names: Sequence[str], correctness_reward: str | None) -> int | None:
+    """Index of the correctness reward among the trainer's reward functions, or None when there is none.
+
+    `correctness_reward` unset means "the accuracy reward when present". A name that is set but not among the reward
+    functions is an error (a typo would otherwise silently switch the correctness metrics off).
+    """
+    names = list(reward_func_names)
+    if correctness_reward is None:
+        return names.index("accuracy") if "accuracy" in names else None
+    if correctness_reward not in names:
+        raise ValueError(
+            f"correctness_reward={correctness_reward!r} is not one of the run's reward functions {names}. Set "
+            "correctness_reward to the name of the reward that scores correctness (e.g. 'accuracy'), or remove it."
+        )
+    return names.index(correctness_reward)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Per-batch metrics (pure functions)
+# ----------------------------------------------------------------------------------------------------------------------
+def correct_mask(correctness: torch.Tensor, threshold: float = 1.0) -> torch.Tensor:
+    """Boolean mask of correct completions: correctness reward >= `threshold`; an unscored (NaN) one is not correct."""
+    return torch.nan_to_num(correctness.float(), nan=-math.inf) >= threshold
+
+
+def pass_rate(correctness: torch.Tensor, threshold: float = 1.0) -> float:
+    """Share of scored completions that are correct; NaN when none is scored.
+
+    For a 0/1 reward (Math-Verify accuracy) this is the mean reward, the curve the Dr.GRPO paper plots as "reward".
+    """
+    scored = ~torch.isnan(correctness.float())
+    if not scored.any():
+        return math.nan
+    return correct_mask(correctness, threshold)[scored].float().mean().item()
+
+
+def group_outcome_shares(correctness: torch.Tensor, group_size: int, threshold: float = 1.0) -> dict[str, float]:
+    """Share of groups that are all correct, all wrong, and that hold at least one correct completion (pass@G).
+
+    Groups are `group_size` contiguous completions of one prompt (TRL's `RepeatSampler` order). All-correct and
+    all-wrong groups have zero reward variance under a 0/1 reward and so carry no gradient (background note,
+    section 1); TRL logs only their sum (`frac_reward_zero_std`). Unscored (NaN) completions are left out of their
+    group; a group with none scored counts in none of the three shares' numerators.
+    """
+    if group_size < 1 or correctness.numel() % group_size != 0:
+        raise ValueError(f"{correctness.numel()} completions do not split into groups of {group_size}.")
+    grouped = correctness.float().view(-1, group_size)
+    scored = ~torch.isnan(grouped)
+    correct = correct_mask(grouped, threshold)
+    has_scored = scored.any(dim=1)
+    all_correct = has_scored & (correct | ~scored).all(dim=1)
+    all_wrong = has_scored & (~correct).all(dim=1)
+    any_correct = correct.any(dim=1)
+    return {
+        GROUPS_ALL_CORRECT: all_correct.float().mean().item(),
+        GROUPS_ALL_WRONG: all_wrong.float().mean().item(),
+        PASS_AT_GROUP: any_correct.float().mean().item(),
+    }
+
+
+def mean_length_by_correctness(
+    lengths: torch.Tensor, correctness: torch.Tensor, threshold: float = 1.0
+) -> tuple[float, float]:
+    """(mean length of correct completions, mean length of incorrect ones); NaN for an empty side.
+
+    Liu et al. (arXiv 2503.20783, figure 5) show that under GRPO the length of *incorrect* answers keeps growing
+    (the 1/|o_i| term penalises a long wrong answer less per token), while Dr.GRPO keeps it flat. Unscored (NaN)
+    completions are in neither mean.
+    """
+    lengths = lengths.float()
+    scored = ~torch.isnan(correctness.float())
+    correct = correct_mask(correctness, threshold)
+    incorrect = scored & ~correct
+
+    def mean(selected: torch.Tensor) -> float:
+        return lengths[selected].mean().item() if selected.any() else math.nan
+
+    return mean(correct), mean(incorrect)
+
+
+def completion_lengths_and_truncation(
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    stop_token_ids: Sequence[int],
+    max_completion_length: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-completion token count and whether it was cut at the generation limit, from TRL's padded batch tensors.
+
+    A completion is truncated when its last token is not a stop token (EOS or pad), TRL's own definition
+    (`completions/clipped_ratio`). With `mask_truncated_completions` TRL zeroes a truncated completion's mask: such
+    a row (mask sum 0; a generated completion has at least one token) counts as truncated at `max_completion_length`.
+    """
+    lengths = completion_mask.sum(dim=1).long()
+    masked_out = lengths == 0
+    last_index = (lengths - 1).clamp(min=0)
+    last_token = completion_ids.gather(1, last_index.unsqueeze(1)).squeeze(1)
+    stops = torch.tensor(sorted(set(stop_token_ids)), device=completion_ids.device, dtype=completion_ids.dtype)
+    truncated = masked_out | ~torch.isin(last_token, stops)
+    lengths = torch.where(masked_out, torch.full_like(lengths, max_completion_length), lengths)
+    return lengths, truncated
+
+
+def batch_diagnostics(
+    lengths: torch.Tensor,
+    truncated: torch.Tensor,
+    correctness: torch.Tensor | None,
+    group_size: int,
+    threshold: float = 1.0,
+) -> dict[str, float]:
+    """All per-batch `diag/` metrics of one generation batch (every process's completions, in group order).
+
+    Without a correctness reward (`correctness` None) only the truncation rate is returned.
+    """
+    metrics = {TRUNCATION_RATE: truncated.float().mean().item()}
+    if correctness is None:
+        return metrics
+    metrics[PASS_RATE] = pass_rate(correctness, threshold)
+    metrics.update(group_outcome_shares(correctness, group_size, threshold))
+    metrics[LENGTH_CORRECT], metrics[LENGTH_INCORRECT] = mean_length_by_correctness(lengths, correctness, threshold)
+    return metrics
+
+
+def log_ratio_sums(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One process's share of the ratio statistics, as a tensor that can be gathered across processes.
+
+    Returns a float tensor `[sum_t exp(logp - old_logp), number of tokens, max_t |logp - old_logp|]` over tokens with
+    mask 1 and a finite old log-prob (vLLM marks tokens it could not score with NaN). The ratio
+    rho = pi_theta / pi_old is the PPO importance ratio of the background note, section 2: before the first update on
+    a batch of rollouts it must be ~1, otherwise the sampler's and the trainer's log-probs disagree.
+    """
+    log_ratio = logps.detach().float() - old_logps.float()
+    valid = mask.bool() & torch.isfinite(log_ratio)
+    if not valid.any():
+        return torch.tensor([0.0, 0.0, 0.0], device=logps.device)
+    selected = log_ratio[valid]
+    return torch.stack(
+        [selected.exp().sum(), torch.tensor(float(selected.numel()), device=logps.device), selected.abs().max()]
+    )
+
+
+def ratio_statistics(sums: torch.Tensor) -> tuple[float, float]:
+    """(mean ratio, max |log ratio|) from `log_ratio_sums` rows of every process, stacked `(P, 3)`; NaN if no token."""
+    sums = sums.view(-1, 3)
+    count = sums[:, 1].sum().item()
+    if count == 0:
+        return math.nan, math.nan
+    return sums[:, 0].sum().item() / count, sums[:, 2].max().item()
+
+
+def reduce_to_max(metrics: dict[str, list[float]], names: Sequence[str]) -> None:
+    """Replace each named metric's list of values by a one-element list holding their maximum (NaNs left out).
+
+    TRL's `GRPOTrainer.log` averages each metric's values since the last log; a maximum over micro-steps must be
+    reduced with max before that, or it becomes a mean of maxima. A list with only NaNs is left as it is (TRL then
+    logs None); a metric absent from `metrics` stays absent.
+    """
+    for name in names:
+        values = metrics.get(name)
+        if not values:
+            continue
+        finite = [v for v in values if not math.isnan(v)]
+        if finite:
+            metrics[name] = [max(finite)]
+
+
+def before_first_update(micro_step: int, generate_every: int, gradient_accumulation_steps: int) -> bool:
+    """Whether micro-step `micro_step` still runs on the weights that generated its rollouts.
+
+    TRL generates at micro-steps that are multiples of `generate_every` (= steps_per_generation * num_iterations)
+    and steps the optimizer after every `gradient_accumulation_steps` micro-steps. A micro-step sees the sampling
+    weights exactly when no optimizer step happened since its rollouts were generated, i.e. when it is in the same
+    accumulation window as the micro-step that generated them.
+    """
+    generated_at = micro_step - micro_step % generate_every
+    return generated_at // gradient_accumulation_steps == micro_step // gradient_accumulation_steps
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Warnings (pure conditions + a callback that applies them to the logs)
+# ----------------------------------------------------------------------------------------------------------------------
+def window_mean(values: Sequence[float], window: int) -> float | None:
+    """Mean of the last `window` values, or None until `window` values exist."""
+    if len(values) < window:
+        return None
+    recent = list(values)[-window:]
+    return sum(recent) / window
+
+
+def jumped(values: Sequence[float], factor: float, floor: float, window: int) -> bool:
+    """Whether the latest value is above `floor` and above `factor` times the median of up to `window` before it.
+
+    At least two earlier values are needed, so that a single noisy first log cannot define "normal".
+    """
+    if len(values) < 3:
+        return False
+    latest = values[-1]
+    previous = list(values)[-window - 1 : -1]
+    return latest > floor and latest > factor * statistics.median(previous)
+
+
+@dataclass(frozen=True)
+class FailureWarning:
+    """One warning: the condition that fired and the row of the failure checklist it points at."""
+
+    kind: str
+    message: str
+
+
+# Rows of the background note's checklist (section 5), quoted in the warnings so the reader knows where to look.
+CHECKLIST = {
+    "zero_std": "reward does not move -> check first: share of zero-variance groups, task difficulty, sampling "
+    "temperature, the verifier itself.",
+    "truncation": "every reward 0 because answers are cut off -> raise max_completion_length (the answer never gets "
+    "written) or make the prompt ask for shorter answers; check the stop token (EOS) is generated.",
+    "entropy": "entropy collapses fast -> too little exploration, no diversity within groups, reward scale "
+    "(raise temperature, lower the learning rate, consider clip-higher).",
+    "clip_kl": "KL or clip fraction explodes -> learning rate, update epochs (num_iterations), old-log-prob precision, "
+    "rollout staleness.",
+}
+
+
+def check_history(history: dict[str, list[float]], settings: DiagnosticsArguments) -> list[FailureWarning]:
+    """Every warning condition that holds for the logged `history` (metric name -> values, oldest first)."""
+    window = settings.diagnostics_window
+    found: list[FailureWarning] = []
+    zero_std = window_mean(history.get(TRL_ZERO_STD_SHARE, []), window)
+    if zero_std is not None and zero_std > settings.warn_zero_std_share:
+        found.append(
+            FailureWarning(
+                "zero_std",
+                f"{zero_std:.0%} of groups had all-equal rewards over the last {window} logs (threshold "
+                f"{settings.warn_zero_std_share:.0%}): those groups give zero advantage and no gradient. "
+                + CHECKLIST["zero_std"],
+            )
+        )
+    truncation = window_mean(history.get(TRUNCATION_RATE, []), window)
+    if truncation is not None and truncation > settings.warn_truncation_rate:
+        found.append(
+            FailureWarning(
+                "truncation",
+                f"{truncation:.0%} of completions hit max_completion_length over the last {window} logs (threshold "
+                f"{settings.warn_truncation_rate:.0%}). " + CHECKLIST["truncation"],
+            )
+        )
+    entropy = window_mean(history.get(TRL_ENTROPY, []), window)
+    if entropy is not None and entropy < settings.warn_entropy_below:
+        found.append(
+            FailureWarning(
+                "entropy",
+                f"mean token entropy {entropy:.3g} nats over the last {window} logs is below "
+                f"{settings.warn_entropy_below:g}. " + CHECKLIST["entropy"],
+            )
+        )
+    for key, floor, label in (
+        (TRL_CLIP_FRACTION, settings.warn_clip_fraction_floor, "clip fraction"),
+        (TRL_KL, settings.warn_kl_floor, "KL"),
+    ):
+        values = history.get(key, [])
+        if jumped(values, settings.warn_jump_factor, floor, window):
+            found.append(
+                FailureWarning(
+                    "clip_kl",
+                    f"{label} jumped to {values[-1]:.3g}, more than {settings.warn_jump_factor:g}x its recent median. "
+                    + CHECKLIST["clip_kl"],
+                )
+            )
+    return found
+
+
+class DiagnosticsCallback(TrainerCallback):
+    """Warns once per kind when the training logs match a row of the failure checklist.
+
+    It reads the same numbers that go to the console, `trainer_state.json` and `report_to`, so a warning can always be
+    checked against the logged curves.
+    """
+
+    def __init__(self, settings: DiagnosticsArguments) -> None:
+        self.settings = settings
+        self.history: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=settings.diagnostics_window + 1))
+        self.warned: set[str] = set()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or not state.is_world_process_zero:
+            return
+        for key in (TRL_ZERO_STD_SHARE, TRUNCATION_RATE, TRL_ENTROPY, TRL_CLIP_FRACTION, TRL_KL):
+            value = logs.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.history[key].append(float(value))
+        for warning in check_history(self.history, self.settings):
+            if warning.kind not in self.warned:
+                self.warned.add(warning.kind)
+                logger.warning("Diagnostics at step %d: %s", state.global_step, warning.message)

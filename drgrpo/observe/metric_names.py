@@ -1,0 +1,37 @@
+"""Names of the metrics that diagnostics, warnings and plots read, in one import-light place (no torch), so that
+`scripts/plot.py` starts in a second.
+
+Ours share the `diag/` prefix so that dashboards (wandb, TensorBoard) group them; the others are TRL 1.16's own
+(`GRPOTrainer._generate_and_score_completions` and `_compute_loss`).
+"""
+
+PREFIX = "diag/"
+PASS_RATE = PREFIX + "pass_rate"
+PASS_AT_GROUP = PREFIX + "pass_at_group"
+GROUPS_ALL_CORRECT = PREFIX + "groups_all_correct"
+GROUPS_ALL_WRONG = PREFIX + "groups_all_wrong"
+LENGTH_CORRECT = PREFIX + "length_correct"
+LENGTH_INCORRECT = PREFIX + "length_incorrect"
+TRUNCATION_RATE = PREFIX + "truncation_rate"
+FIRST_UPDATE_RATIO_MEAN = PREFIX + "ratio/first_update_mean"
+FIRST_UPDATE_MAX_ABS_LOG_RATIO = PREFIX + "ratio/first_update_max_abs_log"
+SAMPLER_TRAINER_RATIO_MEAN = PREFIX + "ratio/sampler_trainer_mean"
+SAMPLER_TRAINER_MAX_ABS_LOG_RATIO = PREFIX + "ratio/sampler_trainer_max_abs_log"
+# Logged as the maximum over all micro-steps since the last log, not TRL's mean of the per-micro-step values.
+MAXIMUM_METRICS = (FIRST_UPDATE_MAX_ABS_LOG_RATIO, SAMPLER_TRAINER_MAX_ABS_LOG_RATIO)
+
+TRL_REWARD = "reward"
+TRL_ZERO_STD_SHARE = "frac_reward_zero_std"
+TRL_MEAN_LENGTH = "completions/mean_length"
+TRL_ENTROPY = "entropy"
+TRL_CLIP_FRACTION = "clip_ratio/region_mean"
+TRL_KL = "kl"
+LEARNING_RATE = "learning_rate"
+
+# GRPO-family keys (drgrpo/algorithm/family.py): the KL folded into the reward, and DAPO dynamic sampling.
+KL_IN_REWARD = "kl_in_reward/sequence_kl_mean"
+DYNAMIC_SAMPLING_ROUNDS = "dynamic_sampling/rounds"
+DYNAMIC_SAMPLING_DROPPED_ALL_CORRECT = "dynamic_sampling/groups_dropped_all_correct"
+DYNAMIC_SAMPLING_DROPPED_ALL_WRONG = "dynamic_sampling/groups_dropped_all_wrong"
+DYNAMIC_SAMPLING_PROMPTS_CONSUMED = "dynamic_sampling/prompts_consumed"
+DYNAMIC_SAMPLING_GROUPS_PADDED = "dynamic_sampling/groups_padded"

@@ -1,0 +1,15 @@
+"""A recipe: a YAML file plus `--key value` overrides, parsed into (script, trainer, model) arguments, with every
+mistake as one line that names the key and the fix; pre-flight parsing for any world size; the verl converter.
+
+May import: everything below it (`drgrpo.core`, `rewards`, `drgrpo.data`, `drgrpo.observe`, `drgrpo.algorithm`,
+`drgrpo.run`). `drgrpo.planning`, `drgrpo.experiments` and `scripts/` parse recipes through it.
+
+Modules, each importing only the ones listed before it:
+- `file`: the cheap checks (the file exists, is YAML, is a mapping) and the header comment, before torch loads;
+- `batch_rules`: whole-number batch settings that satisfy every batch rule at a world size (pure);
+- `config_errors`: TRL's and transformers' config errors said again in the recipe's keys, with a fix;
+- `parser`: `RecipeParser`, TRL's `TrlParser` with grouped `--help` and one-line errors;
+- `cli`: `parse_recipe`, the whole parse of a recipe command line;
+- `preflight`: a recipe parsed for any target world size (`--explain`, `--show_prompts`, the planner);
+- `verl`: a verl PPO-trainer config converted into a recipe.
+"""

@@ -1,0 +1,9 @@
+"""One training run: the script's arguments, the output directory that holds one run, and `train()` itself.
+
+May import: everything below it (`drgrpo.core`, `rewards`, `drgrpo.data`, `drgrpo.observe`, `drgrpo.algorithm`).
+
+Modules, each importing only the ones listed before it:
+- `output_guard`: `OutputDirArguments`; an output directory that holds another configuration's model is refused;
+- `arguments`: `ScriptArguments`, what a run needs beside the trainer config: data, rewards, output directory;
+- `training`: `train()`: tokenizer, datasets, rewards, `DrGRPOTrainer`, resume, save.
+"""

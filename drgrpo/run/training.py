@@ -1,0 +1,82 @@
+"""One training run: model + tokenizer, prompt dataset, reward functions, `DrGRPOTrainer`, resume, save."""
+
+from __future__ import annotations
+
+import logging
+
+from transformers import AutoTokenizer
+from trl import ModelConfig, get_peft_config
+
+from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.eos import extra_eos_token_ids
+from drgrpo.algorithm.trainer import DrGRPOTrainer
+from drgrpo.core.checkpoints import find_resumable_checkpoint
+from drgrpo.data import load_prompt_dataset
+from drgrpo.run.arguments import ScriptArguments
+from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
+from rewards import get_reward_funcs
+
+logger = logging.getLogger(__name__)
+
+
+def model_init_kwargs(model_args: ModelConfig) -> dict:
+    """`from_pretrained` keyword arguments from the recipe's model settings."""
+    kwargs = {"revision": model_args.model_revision}
+    if model_args.dtype not in (None, "auto"):
+        kwargs["dtype"] = model_args.dtype
+    if model_args.attn_implementation is not None:
+        kwargs["attn_implementation"] = model_args.attn_implementation
+    return kwargs
+
+
+def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args: ModelConfig) -> DrGRPOTrainer:
+    """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint."""
+    if not model_args.model_name_or_path:
+        raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
+    # Refuse before anything is loaded when output_dir holds another run's model (drgrpo/run/output_guard.py).
+    settings = run_settings(script_args, training_args, model_args)
+    overwrite = script_args.overwrite_output_dir
+    check_output_dir(training_args.output_dir, settings, overwrite=overwrite)
+    # Rewards before the tokenizer and data: a custom reward that cannot be imported fails in seconds.
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs,
+        settings=script_args,
+        max_completion_length=training_args.max_completion_length,
+        reward_weights=training_args.reward_weights,
+    )
+    training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
+
+    train_dataset, eval_dataset = load_prompt_dataset(
+        script_args,
+        seed=training_args.seed,
+        tokenizer=tokenizer,
+        chat_template_kwargs=training_args.chat_template_kwargs,
+    )
+
+    trainer = DrGRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+
+    if trainer.accelerator.is_main_process:
+        start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)
+    trainer.accelerator.wait_for_everyone()  # no rank looks for checkpoints while the main one deletes stale ones
+    # The newest *complete* checkpoint: one half-written by a run killed while saving is skipped with a warning.
+    last_checkpoint = None if overwrite else find_resumable_checkpoint(training_args.output_dir)
+    if last_checkpoint is not None:
+        logger.warning("Resuming from checkpoint %s", last_checkpoint)
+    trainer.train(resume_from_checkpoint=last_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json with every logged step, also when no checkpoint was saved
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(training_args.output_dir)
+    return trainer
