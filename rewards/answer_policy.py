@@ -21,6 +21,7 @@ from rewards.extract import (
     MAX_ANSWER_CHARS,
     Answer,
     last_boxed,
+    last_boxed_end,
     last_boxed_group,
     normalize_answer,
     normalize_region,
@@ -28,6 +29,8 @@ from rewards.extract import (
 
 EXTRACTION_MODES = ("boxed_only", "math_verify", "lenient")
 DEFAULT_EXTRACTION_MODE = "math_verify"
+# "The final answer is X. I hope it is correct.": math-verify's first-priority pattern, read even before a box.
+_HOPE_STATEMENT = re.compile(r"final answer is:?\s*.{1,200}?\.?\s?I hope", re.IGNORECASE | re.DOTALL)
 # Lenient mode reads LaTeX spans in at most this many final characters of a completion.
 MAX_CONTEXT_CHARS = 4000
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -43,8 +46,10 @@ _PLAIN_STATEMENT = re.compile(
 _TRAILING_PUNCTUATION = re.compile(r"([.,;:])(\s*)$")
 _PUNCTUATION_BEFORE_CLOSER = re.compile(r"([.,;:])(\s*)(\\[\])])")
 _DOLLARS = re.compile(r"\$\$|\$")
-# A math span holding one bare symbol (`$n$`, `$\theta$`): a name, not an answer, unless it is the only span.
-_BARE_SYMBOL_SPAN = re.compile(r"\$\s*(\\[A-Za-z]+|[A-Za-z])\s*\$")
+# A math span holding one bare symbol or name (`$n$`, `$\theta$`, `$ABCDEFGH$`): a name, not an answer, unless it is
+# the only span and no number follows it.
+_BARE_SYMBOL_SPAN = re.compile(r"\$\s*(\\[A-Za-z]+|[A-Za-z]+)\s*\$")
+_WHOLE_DIGIT = re.compile(r"(?<![\w.])\d")
 # The end of an environment whose rows are equations (a derivation's last row holds its result).
 _END_ALIGNED = re.compile(r"\\end\{(?:align|aligned|alignat|eqnarray|gather|gathered|split)\*?\}")
 # An equals sign that separates the steps of a derivation (not <=, >=, !=, \leq, ...).
@@ -77,6 +82,11 @@ def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bo
     check_extraction_mode(mode)
     if not text:
         return None
+    decimal_comma = not multipart  # several parts: `1,2` lists them
+    if mode != "boxed_only":
+        closing = _closing_statement(text)
+        if closing is not None:
+            return Answer(tidy_math_spans(normalize_region(closing, decimal_comma)), "text")
     boxes = last_boxed_group(text) if multipart else []
     if len(boxes) > 1:
         joined = ", ".join(b for b in (normalize_answer(box) for box in boxes) if b)
@@ -91,7 +101,7 @@ def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bo
     if tag_start >= 0:
         match = _ANSWER_TAG.match(text, tag_start)
         if match and len(match.group(1)) <= MAX_ANSWER_CHARS:
-            content = tidy_math_spans(normalize_region(match.group(1)))
+            content = tidy_math_spans(normalize_region(match.group(1), decimal_comma))
             return Answer(content, "text") if content else None
     mark = text.rfind(_GSM8K_MARK)
     if mark >= 0:
@@ -101,12 +111,25 @@ def extract_answer(text: str, mode: str = DEFAULT_EXTRACTION_MODE, multipart: bo
     region = final_answer_region(text)
     if region is None:
         return None
-    region = tidy_math_spans(normalize_region(region))
+    region = tidy_math_spans(normalize_region(region, decimal_comma))
     plain = _PLAIN_STATEMENT.fullmatch(region)
     if plain:  # "answer is 72." or a bare "72": what math-verify reads there, compared without sympy
         return Answer(normalize_answer(plain.group("number")), "number")
-    context = tidy_math_spans(normalize_region(text[-MAX_CONTEXT_CHARS:])) if mode == "lenient" else None
+    context = text[-MAX_CONTEXT_CHARS:]
+    context = tidy_math_spans(normalize_region(context, decimal_comma)) if mode == "lenient" else None
     return Answer(region, "text", context)
+
+
+def _closing_statement(text: str) -> str | None:
+    """The last `final answer is X. I hope it is correct.` of the completion's tail (the Minerva / lighteval answer
+    format, which math-verify reads before anything else), when no box follows it; None otherwise."""
+    tail_start = max(0, len(text) - MAX_CONTEXT_CHARS)
+    statement = None
+    for statement in _HOPE_STATEMENT.finditer(text, tail_start):  # noqa: B007 - only the last match is wanted
+        pass
+    if statement is None or last_boxed_end(text) > statement.start():
+        return None
+    return statement.group()
 
 
 def aligned_row(line: str) -> str | None:
@@ -121,14 +144,20 @@ def aligned_row(line: str) -> str | None:
 
 def tidy_math_spans(text: str) -> str:
     """Free text made readable for math-verify's rightmost-span rule, which would otherwise read `$7$ values of $n$`
-    as n and fail on `$120^\\circ.$`: sentence punctuation moves out of closing `$`, `$$`, `\\]`, `\\)`, and a
-    span holding one bare symbol loses its dollars when another span precedes it."""
+    as n, `The largest $n$ is 34.` as n, and fail on `$120^\\circ.$`: sentence punctuation moves out of closing `$`,
+    `$$`, `\\]`, `\\)`, and a span holding one bare symbol or name loses its dollars when another span precedes it,
+    or when no span but a number follows it (`The volume of $ABCDEFGH$ is 120.`)."""
     text = _move_punctuation_out(text)
-    spans = list(_BARE_SYMBOL_SPAN.finditer(text))
-    if not spans or text.count("$") <= 2:
+    if not _BARE_SYMBOL_SPAN.search(text):
         return text
     first_dollar = text.find("$")
-    return _BARE_SYMBOL_SPAN.sub(lambda m: m.group(1) if m.start() > first_dollar else m.group(), text)
+
+    def unwrap(match: re.Match) -> str:
+        rest = text[match.end() :]
+        named_then_number = "$" not in rest and _WHOLE_DIGIT.search(rest) is not None
+        return match.group(1) if match.start() > first_dollar or named_then_number else match.group()
+
+    return _BARE_SYMBOL_SPAN.sub(unwrap, text)
 
 
 def _move_punctuation_out(text: str) -> str:

@@ -18,7 +18,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from math_verify.parser import extract_target_from_pred, lazy_expr_regex, lazy_latex_regex
 
 from rewards.echoes import is_echo, is_plain_number
-from rewards.extract import answer_variants
+from rewards.extract import answer_variants, same_text
 
 # The caller enforces the time limit; tell math-verify not to warn that its own is off.
 math_verify.parser.TIMEOUT_WARNING_SHOWN = True
@@ -32,8 +32,9 @@ _LATEX_SPANS = LatexExtractionConfig(boxed_match_priority=0)
 _EXPRESSIONS = ExprExtractionConfig()
 # math-verify's expression patterns end at a number without looking past it (`100m2` reads 100, `x = 3y` reads 3,
 # `$-[0, 1)$` reads 1 once its LaTeX fails to parse); this lookahead makes every number or expression it extracts
-# from free text a whole token: followed by whitespace, the end, a `$`, or sentence punctuation that ends a sentence.
-_WHOLE_TOKEN_END = r"(?=\s|$|\$|[.,;:!?](?!\d))"
+# from free text a whole token: followed by whitespace, the end, a `$`, sentence punctuation that ends a sentence, a
+# currency sign (`1000.99€`) or a squared or cubed length unit (`1000.99m²`), never by letters (`12apples`, `x2b`).
+_WHOLE_TOKEN_END = r"(?=\s|$|\$|[.,;:!?](?!\d)|[€£¥₹]|(?:[cmk]?m|km|cm)[²³](?!\w))"
 
 
 # A LaTeX math span. A plain-text number inside one that math-verify could not parse as LaTeX is a fragment of that
@@ -128,10 +129,12 @@ def verify_reading(
     `question` known, a power or root of the question's own numbers) is not credited: `rewards.echoes`."""
     golds = parsed_gold(gold)
     if golds is None:
-        return None, None
+        return (True, _identity_reading(answer, kind)) if same_text(gold, answer, kind) else (None, None)
     targets = [parse_answer(variant, kind) for variant in _readings(answer, kind)]
     if not any(targets) and context:
         targets = [parse_latex_spans(variant) for variant in _readings(context, "text")]
+    if not any(map(_is_math, golds)) and not any(map(_is_math, targets)) and same_text(gold, answer, kind):
+        return True, _identity_reading(answer, kind)
     numeric_gold = any(g and is_plain_number(g[0]) for g in golds)
     verdict = any(
         target
@@ -142,6 +145,17 @@ def verify_reading(
     if kind == "latex":
         return verdict, None
     return verdict, next((_as_latex(target[0], answer) for target in targets if target), "")
+
+
+def _is_math(reading: list) -> bool:
+    """Whether a parse is a finite mathematical value: not empty, not math-verify's string fallback, not `zoo` or
+    `nan` (`12:00` parses as 12/0)."""
+    value = reading[0] if reading else None
+    return isinstance(value, sympy.Basic) and not value.has(sympy.zoo, sympy.nan)
+
+
+def _identity_reading(answer: str, kind: str) -> str | None:
+    return None if kind == "latex" else answer
 
 
 def _as_latex(value, fallback: str) -> str:

@@ -31,6 +31,7 @@ from rewards.extract import (
     fast_numeric_verdict,
     normalize_answer,
     normalize_gold,
+    same_text,
     top_level_parts,
 )
 from rewards.pool import PoolUnavailable, default_num_workers, get_pool
@@ -172,8 +173,9 @@ class Grader:
                 known.append(None)
                 continue
             gold, answer = key[:2]
-            if gold in self._unparsable_golds:
-                known.append((OK, (None, None)))
+            if gold in self._unparsable_golds:  # only the same text can match it (`same_text`)
+                same = same_text(gold, answer, key[2])
+                known.append((OK, (True, None if key[2] == "latex" else answer) if same else (None, None)))
                 continue
             cached = self._verdicts.get(key)
             if cached is not None:
@@ -233,6 +235,7 @@ class Grader:
         return [self._verify_here(name, job) for job in jobs]
 
     def _verify_here(self, name: str, job: tuple) -> tuple[str, Any]:
+        import rewards.equivalence  # noqa: F401 - before the alarm: an import it cuts short leaves broken modules
         from rewards._worker import FUNCTIONS
 
         function = FUNCTIONS[name]

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from rewards import Grader, RewardArguments, RewardFunctionError, get_grader, get_reward_funcs
 from rewards.deadline import DeadlineExceeded, alarm_deadline, call_with_deadline
 from rewards.pool import VerifierPool
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TIMEOUT = 0.5
 
@@ -131,6 +136,19 @@ def test_in_process_grading_is_bounded_on_the_main_thread():
     (result,) = grader.grade(["\\boxed{10^{10^{10^{10}}}}"], ["1"])
     assert result.status == "timeout" and result.verdict is False
     assert time.monotonic() - start < 10
+
+
+def test_a_first_in_process_timeout_does_not_break_later_grading():
+    # The first in-process verification imports math-verify; a deadline that cut that import short left half-built
+    # modules behind, and every free-text answer graded afterwards in that process read as "no answer".
+    script = (
+        "from rewards.grading import Grader\n"
+        "print(Grader(timeout=0.5, num_workers=0).grade(['\\\\boxed{10^{10^{10^{10}}}}'], ['1'])[0].status)\n"
+        "r = Grader(timeout=5, num_workers=0).grade(['We have 72 so far. Next, \\\\boxed{7'], ['72'])[0]\n"
+        "print(r.status, r.verdict)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.stdout.split("\n")[:2] == ["timeout", "ok True"], done.stderr[-2000:]
 
 
 def test_alarm_deadline_nests_and_call_with_deadline_works_off_the_main_thread():
