@@ -48,7 +48,7 @@ _PUNCTUATION_BEFORE_CLOSER = re.compile(r"([.,;:])(\s*)(\\[\])])")
 _DOLLARS = re.compile(r"\$\$|\$")
 # A math span holding one bare symbol or name (`$n$`, `$\theta$`, `$ABCDEFGH$`): a name, not an answer, unless it is
 # the only span and no number follows it.
-_BARE_SYMBOL_SPAN = re.compile(r"\$\s*(\\[A-Za-z]+|[A-Za-z]+)\s*\$")
+_BARE_SYMBOL = re.compile(r"\s*(\\[A-Za-z]+|[A-Za-z]+)\s*")
 _WHOLE_DIGIT = re.compile(r"(?<![\w.])\d")
 # The end of an environment whose rows are equations (a derivation's last row holds its result).
 _END_ALIGNED = re.compile(r"\\end\{(?:align|aligned|alignat|eqnarray|gather|gathered|split)\*?\}")
@@ -148,16 +148,34 @@ def tidy_math_spans(text: str) -> str:
     `$$`, `\\]`, `\\)`, and a span holding one bare symbol or name loses its dollars when another span precedes it,
     or when no span but a number follows it (`The volume of $ABCDEFGH$ is 120.`)."""
     text = _move_punctuation_out(text)
-    if not _BARE_SYMBOL_SPAN.search(text):
-        return text
-    first_dollar = text.find("$")
+    spans = _single_dollar_spans(text)
+    pieces, last = [], 0
+    for index, (start, end) in enumerate(spans):
+        symbol = _BARE_SYMBOL.fullmatch(text, start + 1, end - 1)
+        if symbol is None:
+            continue
+        named_then_number = index == len(spans) - 1 and _WHOLE_DIGIT.search(text, end) is not None
+        if index > 0 or named_then_number:
+            pieces += [text[last:start], symbol.group(1)]
+            last = end
+    return "".join(pieces) + text[last:] if pieces else text
 
-    def unwrap(match: re.Match) -> str:
-        rest = text[match.end() :]
-        named_then_number = "$" not in rest and _WHOLE_DIGIT.search(rest) is not None
-        return match.group(1) if match.start() > first_dollar or named_then_number else match.group()
 
-    return _BARE_SYMBOL_SPAN.sub(unwrap, text)
+def _single_dollar_spans(text: str) -> list[tuple[int, int]]:
+    """`(start, end)` of the `$...$` spans of `text`, dollars paired in order (`$$` displays are skipped whole)."""
+    spans, opened = [], None
+    for match in _DOLLARS.finditer(text):
+        if match.group() == "$$":
+            if opened is None:
+                continue
+            opened = None  # a `$$` inside an open span: not a pairing we can trust
+            continue
+        if opened is None:
+            opened = match.start()
+        else:
+            spans.append((opened, match.end()))
+            opened = None
+    return spans
 
 
 def _move_punctuation_out(text: str) -> str:
@@ -185,7 +203,8 @@ def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | N
     - Else, when the phrase's sentence states the answer before the phrase (`141 is indeed the answer.`, `Thus
       $x <= 2$ is our answer.`), that sentence.
     - Else (no phrase, or a phrase with nothing to read: `The answer is \\boxed{}.`, `that is the answer because
-      adding zero changes nothing.`), its last line holding a digit or math (with the display-math block it closes),
+      adding zero changes nothing.`), its last line holding a digit or math (with the display-math block or the
+      inline span it closes),
       cut to its last `max_chars` characters; the last row of an `align`-like environment as a display
       (`aligned_row`).
 
@@ -214,7 +233,11 @@ def final_answer_region(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | N
             return aligned_row(lines[index])
         region = lines[index]
         opened = index
-        while opened > 0 and (region.count("$$") % 2 == 1 or region.count("\\]") > region.count("\\[")):
+        while opened > 0 and (
+            region.count("$$") % 2 == 1
+            or region.count("\\]") > region.count("\\[")
+            or region.replace("$$", "").count("$") % 2 == 1  # an inline span that opened on an earlier line
+        ):
             opened -= 1
             region = lines[opened] + "\n" + region
         return region[-max_chars:].strip() or None

@@ -5,8 +5,9 @@ paid for copying the sum it was asked to compute (SmolLM2-135M-Instruct learned 
 credited samples were echoes). The rule, applied when the gold is a number (it parses to an integer, a fraction or a
 decimal: `38`, `0.5`, `\\frac{1}{2}`), to the value an answer states:
 
-- the value is the answer itself or, for an equation or a chain `a = b = c`, its last side: `17 + 21 = 38` states 38
-  (credited), `1 + 29 = 29 + 1` states `29 + 1`;
+- the values an answer states are itself or, for an equation or a chain `a = b = c`, its sides without a variable;
+  one of them that is a number is an answer: `17 + 21 = 38` and `h + k = (-3) + 2 = -1` state a number (credited),
+  `1 + 29 = 29 + 1` and `x = 17 + 21` do not;
 - a value that is a sum or difference (of anything without a variable), or a product of numbers that is more
   than one fraction, is an unevaluated expression, not a number: `17 + 21`, `5 + 8`, `(9+1)`, `6 \\cdot 7`,
   `(1/2) * (4/3)`, `\\frac{1}{2} + \\frac{1}{4}` score 0. A number in a standard form of its own is not: a fraction
@@ -67,17 +68,20 @@ def is_plain_number(value: Any) -> bool:
     return bool(getattr(value, "is_Number", False))
 
 
-def stated_value(value: Any) -> Any:
-    """The value an answer states: itself, or the last side of an equation or a chain of equations."""
-    for _ in range(64):  # a chain parses as And(Eq(a, b), Eq(b, c)); nesting is shallow in practice
-        args = getattr(value, "args", ())
-        if getattr(value, "is_Relational", False) and len(args) == 2:
-            value = args[1]
-        elif type(value).__name__ == "And" and args:
-            value = args[-1]
-        else:
-            return value
-    return value
+def stated_values(value: Any) -> list[Any]:
+    """The values an answer states: itself, or the sides of an equation or of a chain of equations that hold no
+    variable (`x = 17 + 21` states `17 + 21`; `a + b = 3 + 4 = 7` states `3 + 4` and 7). A chain parses as
+    And(Eq(a, b), Eq(b, c)) with its equations in sympy's order, not the text's, so every side counts."""
+    sides, stack, budget = [], [value], 256
+    while stack and budget:
+        budget -= 1
+        node = stack.pop()
+        args = getattr(node, "args", ())
+        if (getattr(node, "is_Relational", False) and len(args) == 2) or (type(node).__name__ == "And" and args):
+            stack.extend(args)
+        elif not getattr(node, "free_symbols", None):
+            sides.append(node)
+    return sides
 
 
 def _is_reciprocal(term: Any) -> bool:
@@ -133,9 +137,13 @@ def _numbers_in(value: Any) -> set[Fraction] | None:
 
 def is_echo(value: Any, question: tuple[str, ...] = ()) -> bool:
     """Whether an answer whose parsed value is `value` restates instead of answering, against a numeric gold (see the
-    module docstring): its stated value is unevaluated arithmetic, or, with the question's numbers known, a non-number
-    built only from them."""
-    stated = stated_value(value)
+    module docstring): every value it states (`stated_values`) is unevaluated arithmetic, or, with the question's
+    numbers known, a non-number built only from them. One stated number is an answer: `17 + 21 = 38` states 38."""
+    stated = stated_values(value)
+    return bool(stated) and all(_restates(side, question) for side in stated)
+
+
+def _restates(stated: Any, question: tuple[str, ...]) -> bool:
     if is_plain_number(stated):
         return False
     if is_unevaluated_arithmetic(stated):

@@ -83,6 +83,11 @@ PROSE: list[tuple[str, str, bool]] = [
         True,
     ),
     ("18", "Each gets 6, and three get 18. So the answer to the question is 18 apples.", True),
+    # words between two spans are no span (`$42!$ has $9$`), and a span may open on an earlier line
+    ("9", "This gives $8+1=9$ times the factor $5$, so $42!$ has $9$ zeroes at the end.", True),
+    ("13535", "Since $0 < y^6 < 1,$ the greatest integer less than $x^6$ is $13535.$", True),
+    ("-1, 2, -2", "Therefore, $x=-1$ or $x=2$ or $x=-2$. We can check each by substitution.", True),
+    ("11", "the value of $x$ is $\\left(120 -\nk^2\\right)^2$, so the $11$ values of $x$ are distinct.", True),
     # a box after the closing statement, or a statement with nothing in it, still counts as before
     ("5", f"The final answer is $4$. I hope it is correct. Correction: {B}{{5}}", True),
     ("4", f"The final answer is $4$. I hope it is correct. Correction: {B}{{5}}", False),

@@ -58,6 +58,8 @@ CREDITED: list[tuple[str, str, object]] = [
     ("38", "17 + 21 = 38", _user("What is 17 + 21?")),  # the work, then the result
     ("38", f"{B}{{17 + 21 = 38}}", None),
     ("7", f"{B}{{a = 3 + 4 = 7}}", None),
+    ("16", "Hence, $h + k + a + b = (-3) + 2 + 12 + 5 = 16.$", None),  # a chain (sympy reorders it) ending in 16
+    ("-120", "Thus, the product $abc=3\\cdot5\\cdot-8=-120$.", None),
     ("1500", f"{B}{{1.5 \\times 10^{{3}}}}", None),  # scientific notation
     ("1024", f"{B}{{2^{{10}}}}", None),  # a power is a number form; only the question makes it an echo
     ("1024", f"{B}{{2^{{10}}}}", "How many subsets has a set of ten elements?"),
