@@ -43,6 +43,8 @@ class AccuracyReward:
     never trains the policy on a fake 0.
     """
 
+    reward_range = (0.0, 1.0)  # lowest and highest score (zero_reward_for_truncated reads it)
+
     def __init__(self, grader: Grader) -> None:
         self.grader = grader
 

@@ -53,6 +53,8 @@ def boxed_format_score(completion: str) -> float:
 class FormatReward:
     """The R1 format reward (`r1_format_score`) on each completion, given its prompt."""
 
+    reward_range = (0.0, 1.0)
+
     def __call__(self, texts: list[str], *, report: RewardReport, prompts: list | None = None, **kwargs):
         prompts = prompts if prompts is not None else [""] * len(texts)
         return [r1_format_score(t, prompt_opens_think(p)) for t, p in zip(texts, prompts, strict=True)]
@@ -60,6 +62,8 @@ class FormatReward:
 
 class BoxedFormatReward:
     """`boxed_format_score` on each completion."""
+
+    reward_range = (0.0, 1.0)
 
     def __call__(self, texts: list[str], *, report: RewardReport, **kwargs):
         return [boxed_format_score(t) for t in texts]

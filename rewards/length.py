@@ -68,6 +68,8 @@ def _resolve_length(value: int | None, fallback: int | None, key: str) -> int:
 class OverlongReward:
     """`overlong_penalty` of each completion's token length."""
 
+    reward_range = (-1.0, 0.0)
+
     def __init__(self, max_length: int | None, buffer_length: int | None, max_completion_length: int | None) -> None:
         self.max_length = _resolve_length(max_length, max_completion_length, "overlong_max_length")
         self.buffer_length = buffer_length if buffer_length is not None else max(1, self.max_length // 5)
@@ -92,6 +94,8 @@ class CosineLengthReward:
         self.grader = grader
         self.max_length = _resolve_length(max_length, max_completion_length, "cosine_max_length")
         self.values = values
+        # The cosine's end points: the lowest and highest score it can give, correct or wrong.
+        self.reward_range = (min(values.values()), max(values.values()))
 
     def __call__(
         self,

@@ -146,6 +146,13 @@ class SafeReward:
     def __repr__(self) -> str:
         return f"SafeReward({self.spec!r})"
 
+    @property
+    def reward_range(self) -> tuple[float, float] | None:
+        """(lowest, highest) score the wrapped function can give, when it declares one (a `reward_range` attribute;
+        every built-in does); `zero_reward_for_truncated` gives a truncated completion the lowest."""
+        bounds = getattr(self.func, "reward_range", None)
+        return None if bounds is None else (float(bounds[0]), float(bounds[1]))
+
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         size = len(completions)
         report = RewardReport(size)

@@ -143,6 +143,8 @@ def _probe_trainer_class():
                         "rewards": self._last_rewards_per_func.sum(dim=1).tolist(),
                         "advantages": output["advantages"].tolist(),
                         "refill_prompts": getattr(self._dynamic_sampler, "consumed", None),
+                        "rows_held_peak": getattr(self._dynamic_sampler, "rows_held_peak", None),
+                        "rows_received_peak": getattr(self._dynamic_sampler, "rows_received_peak", None),
                     }
                 )
             return output
@@ -153,6 +155,7 @@ def _probe_trainer_class():
             return loss
 
         def write_probe(self) -> None:
+            self.probe["log_history"] = self.state.log_history
             out = Path(os.environ["RANK_PROBE_DIR"])
             out.mkdir(parents=True, exist_ok=True)
             (out / f"rank{self.accelerator.process_index}.json").write_text(json.dumps(self.probe))

@@ -148,6 +148,30 @@ def test_builtins_and_settings_have_help():
         assert field.metadata.get("help"), name
     with pytest.raises(ValueError, match="code_scoring='most'"):
         get_reward_funcs(["code"], RewardArguments(code_scoring="most"))
+    with pytest.raises(ValueError, match="code_max_files=100001: at most 100000"):
+        get_reward_funcs(["code"], RewardArguments(code_max_files=100_001))
+
+
+def test_the_time_limit_is_cpu_time_and_the_wall_limit_twice_it():
+    """A program that waits longer than code_timeout but computes less passes (a neighbour that takes the CPU
+    makes a program slower, not wrong); one that computes longer fails even if it finishes; one that sleeps is
+    stopped at the wall limit, 2 x code_timeout."""
+    from rewards.code import Sandbox, SandboxLimits
+
+    spin = "import time\nstart = time.process_time()\nwhile time.process_time() - start < %r:\n    pass\nprint(1)\n"
+    with Sandbox(1, SandboxLimits(timeout=1.5)) as sandbox:
+        try:
+            waits = sandbox.run("import time\ntime.sleep(1.8)\nprint('ok')\n")
+        except NamespacesUnavailable as exc:
+            pytest.skip(f"no namespaces on this kernel: {exc}")
+        assert (waits.status, waits.text) == ("ok", "ok\n") and waits.wall_s > 1.5 and waits.cpu_s < 0.5, waits
+        sleeps = sandbox.run("import time\ntime.sleep(30)\n")
+        assert sleeps.status == "timeout" and 3.0 <= sleeps.wall_s < 5.0, sleeps
+    with Sandbox(1, SandboxLimits(timeout=1.5, wall_timeout=30.0)) as sandbox:  # room for a loaded machine
+        over = sandbox.run(spin % 1.7)  # finishes before RLIMIT_CPU (2 s), after 1.5 CPU seconds
+        assert over.status == "timeout" and over.exit_code == 0 and over.cpu_s > 1.5, over
+    with pytest.raises(ValueError, match="max_files must be at most 100000"):
+        SandboxLimits(max_files=100_001)
 
 
 def test_code_scores_counts_and_logs(code_reward):
@@ -244,9 +268,21 @@ def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(m
         assert sandbox.mode == "fallback"
     assert result.status == "ok"
     uid, environment = result.text.split(" ", 1)
-    assert int(uid) == 65534  # root still drops to nobody (and a non-root trainer is refused the fallback)
+    assert int(uid) >= 0x70000000  # root drops to a uid of the runner's own (a non-root trainer is refused)
     assert "WANDB_API_KEY" not in environment and "HF_TOKEN" not in environment
-    assert any("WITHOUT network isolation" in r.getMessage() for r in caplog.records)
+    assert any("WITHOUT namespaces" in r.getMessage() for r in caplog.records)
+
+
+def test_the_fallback_warning_says_what_it_does_not_stop():
+    from rewards.code.sandbox import fallback_warning
+
+    without = fallback_warning(0)
+    assert "NOTHING STOPS A PROGRAM FROM READING EVERY FILE ITS UID MAY READ: the test cases" in without
+    assert "print the expected output" in without and "world-writable" in without
+    with_landlock = fallback_warning(6)
+    assert "read only the system and interpreter folders" in with_landlock and "create no file" in with_landlock
+    for text in (without, with_landlock):
+        assert "cannot signal other completions' programs" in text and "every socket() refused" in text
 
 
 @pytest.mark.parametrize("page", ["rewards.md", "code-rewards.md"])

@@ -71,3 +71,17 @@ def test_loss_is_finite_on_both_ranks(dynamic_run):
         assert len(rank["losses"]) == MAX_STEPS and all(math.isfinite(loss) for loss in rank["losses"])
     # Every trained group has spread, so every step has non-zero advantages and (dr_grpo, ratio 1) a non-zero loss.
     assert all(abs(loss) > 0 for rank in dynamic_run for loss in rank["losses"])
+
+
+def test_each_rank_holds_only_its_slice_and_logs_the_trained_batch(dynamic_run):
+    """Each rank keeps its 6 rows of the batch (and receives at most one rank's 6 selected rows at a time), never the
+    12 all-process rows of every round; the logged `reward` is the trained batch's mean (issue 23)."""
+    for rank in dynamic_run:
+        last = rank["rounds"][-1]
+        assert 0 < last["rows_held_peak"] <= PER_DEVICE_BATCH
+        assert 0 < last["rows_received_peak"] <= PER_DEVICE_BATCH
+    logged = [entry for entry in dynamic_run[0]["log_history"] if "reward" in entry]
+    assert len(logged) == MAX_STEPS
+    for entry, batch in zip(logged, dynamic_run[0]["rounds"], strict=True):
+        assert entry["reward"] == pytest.approx(sum(batch["rewards"]) / len(batch["rewards"]), abs=1e-6)
+        assert entry["frac_reward_zero_std"] == 0.0

@@ -71,6 +71,8 @@ def test_stream_walks_seeded_permutations_across_epochs():
 def test_settings_are_checked(tmp_path):
     with pytest.raises(ValueError, match="dynamic_sampling_max_rounds must be >= 1"):
         DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, dynamic_sampling=True, dynamic_sampling_max_rounds=0)
+    with pytest.raises(ValueError, match="dynamic_sampling_exhausted='stop' is not one of"):
+        DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, dynamic_sampling=True, dynamic_sampling_exhausted="stop")
     with pytest.raises(ValueError, match="dynamic_sampling works on group advantages"):
         DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, dynamic_sampling=True, scale_rewards="batch")
 
@@ -100,8 +102,8 @@ def make_trainer(tiny_model_path, addition_data, output_dir, *, max_steps=4, **c
         output_dir=str(output_dir), use_cpu=True, bf16=False, report_to="none", gradient_checkpointing=False,
         max_steps=max_steps, per_device_train_batch_size=PER_DEVICE, gradient_accumulation_steps=ACCUMULATION,
         steps_per_generation=STEPS_PER_GENERATION, num_generations=GROUP, max_completion_length=MAX_LEN,
-        learning_rate=1e-3, seed=5, logging_steps=1, dr_grpo=True, dynamic_sampling=True,
-        diagnostics_warnings=False, **{"dynamic_sampling_max_rounds": 8, **config},
+        learning_rate=1e-3, seed=5, logging_steps=1, dynamic_sampling=True, diagnostics_warnings=False,
+        **{"dynamic_sampling_max_rounds": 8, "dr_grpo": True, **config},
     )  # fmt: skip
     trainer = DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[half_constant], args=args, train_dataset=dataset)
     trained, losses = [], []
@@ -112,6 +114,7 @@ def make_trainer(tiny_model_path, addition_data, output_dir, *, max_steps=4, **c
         prompts = trainer.processing_class.batch_decode(output["prompt_ids"], skip_special_tokens=True)
         trained.append({"prompts": prompts, "rewards": trainer._last_rewards_per_func[:, 0].tolist(), "consumed": None})
         trained[-1]["consumed"] = trainer._dynamic_sampler.consumed
+        trained[-1]["output"] = {k: v.clone() for k, v in output.items() if torch.is_tensor(v)}
         return output
 
     def record_loss(model, inputs):

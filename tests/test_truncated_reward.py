@@ -1,15 +1,24 @@
-"""`zero_reward_for_truncated`: the Dr.GRPO paper's runs score a completion cut at the generation budget 0."""
+"""`zero_reward_for_truncated`: a completion cut at the generation budget gets the lowest score of every reward
+function (the Dr.GRPO paper's 0 with its 0/1 accuracy), so truncation never pays (issue 23)."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from datasets import Dataset
 
-from drgrpo.algorithm.advantages import truncated_completions, zero_truncated_rewards
+from drgrpo.algorithm.advantages import (
+    combine_rewards,
+    floor_truncated_rewards,
+    group_advantages,
+    lowest_scores,
+    truncated_completions,
+)
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.trainer import DrGRPOTrainer
+from rewards import get_reward_funcs
 
 EOS, PAD = 2, 0
 
@@ -20,16 +29,58 @@ def test_truncated_completions_by_hand():
     assert truncated_completions(ids, [EOS, PAD]).tolist() == [False, False, True, False, True]
 
 
-def test_zero_truncated_rewards_by_hand():
+def test_floor_truncated_rewards_by_hand():
     rewards = torch.tensor([[1.0, 0.5], [1.0, math.nan], [0.0, 1.0], [math.nan, math.nan]])
     truncated = torch.tensor([False, True, False, True])
-    zeroed = zero_truncated_rewards(rewards, truncated)
-    assert zeroed[0].tolist() == [1.0, 0.5] and zeroed[2].tolist() == [0.0, 1.0]
-    assert zeroed[1].tolist() == [0.0, 0.0] and zeroed[3].tolist() == [0.0, 0.0]  # unscored, truncated: 0 too
+    floored = floor_truncated_rewards(rewards, truncated, torch.tensor([0.0, -1.0]))
+    assert floored[0].tolist() == [1.0, 0.5] and floored[2].tolist() == [0.0, 1.0]
+    assert floored[1].tolist() == [0.0, -1.0] and floored[3].tolist() == [0.0, -1.0]  # unscored, truncated: too
     assert math.isnan(rewards[1, 1].item())  # the input is not modified
 
 
+def test_lowest_scores_per_weight_sign_and_the_one_line_refusals():
+    ranges = [(0.0, 1.0), (-1.0, 0.0), (-1.0, 1.0)]
+    assert lowest_scores(["a", "b", "c"], ranges, [1.0, 2.0, -0.5]) == [0.0, -1.0, 1.0]  # negative weight: highest
+    with pytest.raises(ValueError, match=r"zero_reward_for_truncated needs the range .* 'mine' declares none") as info:
+        lowest_scores(["accuracy", "mine"], [(0.0, 1.0), None], [1.0, 1.0])
+    assert "\n" not in str(info.value) and "mine.reward_range = (0.0, 1.0)" in str(info.value)
+    with pytest.raises(ValueError, match="highest .*reward_weights entry is negative"):
+        lowest_scores(["open"], [(0.0, math.inf)], [-1.0])
+
+
+def test_the_reviews_four_completions_truncated_scores_lowest():
+    """accuracy + overlong + cosine_length (built-ins, defaults, budget 3000): three wrong answers that ended after
+    2,990 / 2,999 / 800 tokens and one cut at 3,000. Zeroing every reward of the cut one (the old rule) made it the
+    best of its group (totals -1.48 / -1.50 / -0.92 / 0.0, Dr.GRPO advantages -0.51 / -0.52 / +0.06 / +0.97)."""
+    funcs = get_reward_funcs(["accuracy", "overlong", "cosine_length"], max_completion_length=3000)
+    lengths, truncated = [2990, 2999, 800, 3000], torch.tensor([False, False, False, True])
+    texts = ["The answer is \\boxed{5}."] * 3 + ["The answer is 5 and then"]
+    ids = [[1] * n for n in lengths]
+    scores = [f(completions=texts, completion_ids=ids, answer=["7"] * 4, prompts=["q"] * 4) for f in funcs]
+    rewards_per_func = torch.tensor(scores, dtype=torch.float64).T
+    weights = torch.ones(3, dtype=torch.float64)
+    old = combine_rewards(rewards_per_func.masked_fill(truncated.unsqueeze(1), 0.0), weights)
+    assert old.tolist() == pytest.approx([-1.4833, -1.4983, -0.9173, 0.0], abs=1e-4)
+    assert group_advantages(old, 4, scale_by_std=False).argmax().item() == 3  # the bug: truncation paid
+
+    lowest = lowest_scores([f.__name__ for f in funcs], [f.reward_range for f in funcs], weights.tolist())
+    assert lowest == [0.0, -1.0, -1.0]  # accuracy 0, overlong -1, cosine_length -1 (a wrong answer of length 0)
+    totals = combine_rewards(floor_truncated_rewards(rewards_per_func, truncated, torch.tensor(lowest)), weights)
+    assert totals.tolist() == pytest.approx([-1.4833, -1.4983, -0.9173, -2.0], abs=1e-4)
+    advantages = group_advantages(totals, 4, scale_by_std=False)  # Dr.GRPO: R_i - mean
+    assert advantages.tolist() == pytest.approx([-0.0086, -0.0236, 0.5575, -0.5253], abs=1e-4)
+    assert totals.argmin().item() == 3 and advantages.argmin().item() == 3
+    assert all(advantages[3] < advantages[i] for i in range(3))
+
+
 def always_one(completions, **kwargs) -> list[float]:
+    return [1.0] * len(completions)
+
+
+always_one.reward_range = (0.0, 1.0)  # declared, as zero_reward_for_truncated requires of every reward
+
+
+def undeclared(completions, **kwargs) -> list[float]:
     return [1.0] * len(completions)
 
 
@@ -67,3 +118,13 @@ def test_trainer_scores_truncated_completions_zero(tiny_model_path, tmp_path):
     # Off (the default), every completion keeps the reward function's score.
     rewards_off, _ = _rewards_and_truncation(tiny_model_path, tmp_path / "off", zero_truncated=False)
     assert rewards_off.tolist() == [1.0] * len(rewards_off)
+
+
+def test_trainer_refuses_a_reward_without_a_range(tiny_model_path, tmp_path):
+    dataset = Dataset.from_list([{"prompt": "1+1="}] * 8)
+    args = DrGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=8, per_device_train_batch_size=8,
+        max_completion_length=3, zero_reward_for_truncated=True,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="'undeclared' declares none"):
+        DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[undeclared], args=args, train_dataset=dataset)

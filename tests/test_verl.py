@@ -122,6 +122,7 @@ trainer: {n_gpus_per_node: 4, nnodes: 2, save_freq: -1}
     assert recipe["beta"] == 0.01 and "kl_loss_type" in " ".join(unmapped)
     assert (recipe["kl_in_reward_coef"], recipe["kl_estimator"]) == (0.002, "low_var_kl")
     assert (recipe["dynamic_sampling"], recipe["dynamic_sampling_max_rounds"]) == (True, 10)
+    assert recipe["dynamic_sampling_exhausted"] == "raise"  # verl raises when the rounds are spent
     assert (recipe["epsilon"], recipe["epsilon_high"]) == (0.2, 0.28)
     # 8 prompts x 16 = 128 completions per update over 8 GPUs x 4 -> 4 accumulation steps; 32 / 8 = 4 updates per
     # rollout -> 16 micro-steps per generation.

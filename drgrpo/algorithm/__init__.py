@@ -9,6 +9,7 @@ Modules, each importing only the ones listed before it:
 - `kl`: KL to the reference policy as a penalty in the reward (verl's estimators);
 - `eos`: `EosArguments`, extra end-of-answer tokens for TRL, vLLM and transformers;
 - `family`: `FamilyArguments`, the GRPO family as recipe keys, and the card that names a config's member;
+- `batch_logs`: TRL's per-round logs redone for a batch assembled from several generation rounds;
 - `dynamic_sampling`: DAPO dynamic sampling (groups whose rewards differ, refilled from fresh prompts);
 - `config`: `DrGRPOConfig`, where `dr_grpo: true` is resolved into TRL's settings;
 - `trainer`: `DrGRPOTrainer`, the smallest set of `GRPOTrainer` overrides that uses the modules above.

@@ -6,6 +6,9 @@ Liu et al., "Understanding R1-Zero-Like Training: A Critical Perspective" (arXiv
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 
 
@@ -38,19 +41,56 @@ def truncated_completions(completion_ids: list[list[int]], stop_token_ids: list[
     return torch.tensor([bool(ids) and ids[-1] not in stops for ids in completion_ids], dtype=torch.bool)
 
 
-def zero_truncated_rewards(rewards_per_func: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
-    """Every reward of a truncated completion set to 0, unscored (NaN) ones included; the others unchanged.
+def lowest_scores(
+    names: Sequence[str], ranges: Sequence[tuple[float, float] | None], weights: Sequence[float]
+) -> list[float]:
+    """Per reward function, the score that makes the weighted total lowest: the lowest value of its declared
+    ``reward_range`` for a weight >= 0, the highest for a negative weight (a truncated completion's scores under
+    ``zero_reward_for_truncated``).
 
-    The Dr.GRPO paper's runs score a response cut at the generation budget 0 (Liu et al. 2025, section 4 / Table 6;
-    Oat's ``ZeroMathActor`` when vLLM's ``finish_reason == "length"``), so it stays in its group with the lowest
-    reward instead of being graded on an unfinished answer (TRL's ``mask_truncated_completions`` instead drops it
-    from the loss).
+    Raises a ``ValueError`` (one line, naming the reward and the fix) when a function declares no range, or an
+    unbounded side is needed: the truncated completion could then still score more than one that ended.
+    """
+    lowest = []
+    for name, bounds, weight in zip(names, ranges, weights, strict=True):
+        if bounds is None:
+            raise ValueError(
+                f"zero_reward_for_truncated needs the range of every reward function, and {name!r} declares none, so "
+                "a truncated completion could still score more than one that ended. Fix: give the function a "
+                f"reward_range attribute (e.g. `{name}.reward_range = (0.0, 1.0)`), or set zero_reward_for_truncated: "
+                "false (mask_truncated_completions: true leaves truncated completions out of the loss instead)."
+            )
+        value = float(bounds[0] if weight >= 0 else bounds[1])
+        if not math.isfinite(value):
+            side = "lowest" if weight >= 0 else "highest (its reward_weights entry is negative)"
+            raise ValueError(
+                f"zero_reward_for_truncated needs the {side} value of {name!r}, whose reward_range {tuple(bounds)} "
+                "is unbounded there. Fix: declare a finite reward_range, or set zero_reward_for_truncated: false."
+            )
+        lowest.append(value)
+    return lowest
+
+
+def floor_truncated_rewards(
+    rewards_per_func: torch.Tensor, truncated: torch.Tensor, lowest: torch.Tensor
+) -> torch.Tensor:
+    """Every score of a truncated completion set to ``lowest`` (one entry per function, from ``lowest_scores``),
+    unscored (NaN) ones included; the other completions unchanged.
+
+    So a completion cut at the generation budget gets the lowest total the reward functions can give, and never
+    scores more than a completion of its group that ended. With the Dr.GRPO paper's correctness-only 0/1 reward this
+    is its rule, reward 0 (Liu et al. 2025, Table 6; understand-r1-zero's ``ZeroMathActor`` sets the reward to 0 when
+    vLLM's ``finish_reason == "length"``). With DAPO's overlong penalty (``overlong``, -1 at the limit) it keeps that
+    penalty's -1 and adds the correctness reward's lowest (0), instead of zeroing the penalty away. TRL's
+    ``mask_truncated_completions`` (DAPO's "overlong filtering") instead drops a truncated completion from the loss.
 
     Args:
         rewards_per_func: ``(N, F)`` scores of ``F`` reward functions on ``N`` completions.
         truncated: ``(N,)`` booleans from ``truncated_completions``.
+        lowest: ``(F,)`` the score each function gives a truncated completion.
     """
-    return rewards_per_func.masked_fill(truncated.to(rewards_per_func.device).unsqueeze(1), 0.0)
+    floor = lowest.to(rewards_per_func.device, rewards_per_func.dtype).unsqueeze(0).expand_as(rewards_per_func)
+    return torch.where(truncated.to(rewards_per_func.device).unsqueeze(1), floor, rewards_per_func)
 
 
 def group_advantages(

@@ -88,9 +88,11 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, GRPOConf
     zero_reward_for_truncated: bool = field(
         default=False,
         metadata={
-            "help": "Score a completion cut at max_completion_length (no end-of-answer token) 0 on every reward "
-            "function, as the Dr.GRPO paper's runs do. It stays in its group with reward 0, unlike TRL's "
-            "mask_truncated_completions, which leaves it out of the loss."
+            "help": "Give a completion cut at max_completion_length (no end-of-answer token) the lowest score of "
+            "every reward function (each declares its reward_range), so it never scores more than one of its group "
+            "that ended: 0 with the Dr.GRPO paper's 0/1 accuracy alone, its rule; with DAPO's overlong penalty that "
+            "penalty's -1 stays. It stays in its group, unlike TRL's mask_truncated_completions, which leaves it out "
+            "of the loss."
         },
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 from drgrpo.algorithm.kl import KL_ESTIMATORS
 
 ADVANTAGE_ESTIMATORS = ("group_mean", "leave_one_out")
+EXHAUSTED_CHOICES = ("pad", "raise")  # dynamic_sampling_exhausted
 
 
 @dataclass
@@ -54,9 +55,17 @@ class FamilyArguments:
     dynamic_sampling_max_rounds: int = field(
         default=4,
         metadata={
-            "help": "Generation rounds per batch at most (the first included; verl max_num_gen_batches). If the batch "
-            "is still short, it is filled with dropped groups (advantage 0: no policy signal) and a warning is "
-            "logged once."
+            "help": "Generation rounds per batch at most (the first included; verl max_num_gen_batches). What happens "
+            "if the batch is still short: dynamic_sampling_exhausted."
+        },
+    )
+    dynamic_sampling_exhausted: str = field(
+        default="pad",
+        metadata={
+            "help": "When dynamic_sampling_max_rounds rounds leave the batch short of groups whose rewards differ: "
+            "'pad' fills it with the last round's all-equal groups, each with advantage exactly 0 and no loss weight "
+            "(whatever kl_in_reward_coef and scale_rewards say; the batch size and the dr_grpo normaliser stay), "
+            "warned once and counted in dynamic_sampling/groups_padded; 'raise' stops the run, as verl does."
         },
     )
 
@@ -75,6 +84,11 @@ class FamilyArguments:
             raise ValueError(f"kl_in_reward_coef must be >= 0 (0 turns it off), got {self.kl_in_reward_coef}.")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
+        if self.dynamic_sampling_exhausted not in EXHAUSTED_CHOICES:
+            raise ValueError(
+                f"dynamic_sampling_exhausted={self.dynamic_sampling_exhausted!r} is not one of "
+                f"{list(EXHAUSTED_CHOICES)} ('pad': fill with zero-weight groups; 'raise': stop, as verl does)."
+            )
         ours = {
             "advantage_estimator=leave_one_out": self.advantage_estimator == "leave_one_out",
             "kl_in_reward_coef > 0": self.kl_in_reward_coef > 0,
@@ -178,7 +192,8 @@ def _staleness_line(config: Any) -> str:
     if config.dynamic_sampling:
         line += (
             f"; dynamic sampling: all-equal groups dropped and refilled, up to "
-            f"{config.dynamic_sampling_max_rounds} generation rounds per batch"
+            f"{config.dynamic_sampling_max_rounds} generation rounds per batch, then "
+            + ("zero-weight padding" if config.dynamic_sampling_exhausted == "pad" else "stop (raise)")
         )
     return line
 

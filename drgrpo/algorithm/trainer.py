@@ -12,7 +12,13 @@ from collections.abc import MutableSequence, Sequence
 import torch
 from trl import GRPOTrainer
 
-from drgrpo.algorithm.advantages import combine_rewards, group_advantages, truncated_completions, zero_truncated_rewards
+from drgrpo.algorithm.advantages import (
+    combine_rewards,
+    floor_truncated_rewards,
+    group_advantages,
+    lowest_scores,
+    truncated_completions,
+)
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.dynamic_sampling import DynamicSampler
 from drgrpo.algorithm.eos import apply_extra_eos_tokens
@@ -44,8 +50,8 @@ class DrGRPOTrainer(GRPOTrainer):
     its advantage is 0, as in TRL. The completions table of `log_completions` shows the advantages actually trained
     on. The GRPO family's keys act at the same places: the baseline (`advantage_estimator: leave_one_out`), a KL
     folded into the reward before the advantage (`kl_in_reward_coef`, drgrpo/algorithm/kl.py), which groups are trained
-    on (`dynamic_sampling`, drgrpo/algorithm/dynamic_sampling.py), and the paper's reward of 0 for truncated completions
-    (`zero_reward_for_truncated`).
+    on (`dynamic_sampling`, drgrpo/algorithm/dynamic_sampling.py), and the paper's rule for truncated completions
+    (`zero_reward_for_truncated`: the lowest score of every reward function, 0 for the paper's 0/1 accuracy).
 
     Every step it also logs the `diag/` metrics (pass rate, all-correct / all-wrong group shares, pass@G, lengths of
     correct and incorrect completions, truncation rate, and the pi_theta/pi_old ratio before the first update when
@@ -71,6 +77,12 @@ class DrGRPOTrainer(GRPOTrainer):
         if not isinstance(self.args, DrGRPOConfig):
             raise TypeError(f"DrGRPOTrainer needs a DrGRPOConfig, got {type(self.args).__name__}.")
         self._last_rewards_per_func: torch.Tensor | None = None
+        self._last_sequence_kls: torch.Tensor | None = None  # all-process sum_t KL_t of the last round (KL in reward)
+        self._truncated_scores: torch.Tensor | None = None
+        if self.args.zero_reward_for_truncated:
+            ranges = [getattr(func, "reward_range", None) for func in self.reward_funcs]
+            lowest = lowest_scores(self.reward_func_names, ranges, self.reward_weights.tolist())
+            self._truncated_scores = torch.tensor(lowest)
         self._correctness_index = diagnostics.resolve_correctness_reward(
             self.reward_func_names, self.args.correctness_reward
         )
@@ -85,30 +97,35 @@ class DrGRPOTrainer(GRPOTrainer):
             logger.warning(family_card(self.args))
             for message in self.args.inactive_advantage_settings:
                 logger.warning(message)
+            if self._truncated_scores is not None:
+                logger.warning(
+                    truncated_scores_line(self.reward_func_names, self._truncated_scores, self.reward_weights)
+                )
 
     # Override: keep the (all-process) rewards TRL just computed, so that the advantage override below starts from
     # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
     # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
-    # normalises the rewards.
+    # normalises the rewards: each function's lowest score, so that truncation can never pay.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self.args.zero_reward_for_truncated:
+        if self._truncated_scores is not None:
             stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
             truncated = truncated_completions(completion_ids_list, stop_token_ids).to(rewards_per_func.device)
             # TRL's rewards are already gathered over processes, in process order: gather the flags the same way.
-            rewards_per_func = zero_truncated_rewards(rewards_per_func, self.accelerator.gather(truncated))
+            truncated = self.accelerator.gather(truncated)
+            rewards_per_func = floor_truncated_rewards(rewards_per_func, truncated, self._truncated_scores)
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
-    # Override: the diagnostics are logged here, on the batch that is trained on; with `dynamic_sampling` that batch is
-    # assembled from several generation rounds of `_score_generation` (drgrpo/algorithm/dynamic_sampling.py).
+    # Override: the diagnostics are logged here, on the batch that is trained on. With `dynamic_sampling` that batch is
+    # assembled from several generation rounds of `_score_generation` (drgrpo/algorithm/dynamic_sampling.py), which
+    # logs TRL's figures and ours for the assembled batch itself, before its padding groups lose their loss weight.
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         if self._dynamic_sampler is not None and mode == "train":
-            output = self._dynamic_sampler.fill(inputs, self._score_generation)
-        else:
-            output = self._score_generation(inputs)
+            return self._dynamic_sampler.fill(inputs, self._score_generation)
+        output = self._score_generation(inputs)
         self._log_batch_diagnostics(output, mode, num_generations)
         return output
 
@@ -123,10 +140,12 @@ class DrGRPOTrainer(GRPOTrainer):
         if self.args.trl_advantage_scaling is not None:
             return output
         rewards = combine_rewards(self._last_rewards_per_func, self.reward_weights)
+        self._last_sequence_kls = None
         if self.args.kl_in_reward_coef > 0 and mode == "train":
             sequence_kls = batch_sequence_kls(self, output)  # drgrpo/algorithm/kl.py: verl's apply_kl_penalty, summed
             rewards = kl_penalised_rewards(rewards, sequence_kls.to(rewards.device), self.args.kl_in_reward_coef)
             self._metrics[mode][metric_names.KL_IN_REWARD].append(sequence_kls.float().mean().item())
+            self._last_sequence_kls = sequence_kls
         advantages = group_advantages(
             rewards,
             num_generations,
@@ -216,3 +235,13 @@ class DrGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         diagnostics.reduce_to_max(self._metrics[mode], metric_names.MAXIMUM_METRICS)
         super().log(logs, start_time)
+
+
+def truncated_scores_line(names: list[str], scores: torch.Tensor, weights: torch.Tensor) -> str:
+    """The start-up line that says what `zero_reward_for_truncated` gives a truncated completion."""
+    parts = ", ".join(f"{name} {score:g}" for name, score in zip(names, scores.tolist(), strict=True))
+    total = float((scores * weights.cpu()).sum())
+    return (
+        f"zero_reward_for_truncated: a completion cut at max_completion_length scores {total:g} ({parts}), the lowest "
+        "total these reward functions can give, so it never scores more than a completion of its group that ended."
+    )

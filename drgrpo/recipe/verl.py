@@ -84,7 +84,8 @@ ORDER = (
     "model_name_or_path", "dataset_path", "dataset_test_path", "prompt_column", "max_prompt_tokens", "reward_funcs",
     "reward_weights", "overlong_buffer_length", "dr_grpo", "scale_rewards", "loss_type", "beta",
     "advantage_estimator", "advantage_std_ddof", "advantage_epsilon", "kl_in_reward_coef", "kl_estimator",
-    "dynamic_sampling", "dynamic_sampling_max_rounds", "epsilon", "epsilon_high", "num_iterations",
+    "dynamic_sampling", "dynamic_sampling_max_rounds", "dynamic_sampling_exhausted", "epsilon", "epsilon_high",
+    "num_iterations",
     "entropy_coef", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
     "steps_per_generation", "learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm", "num_train_epochs",
     "max_steps", "max_completion_length", "temperature", "top_p", "top_k", "use_vllm", "vllm_mode",
@@ -270,6 +271,8 @@ def _algorithm(flat: dict[str, Any], out: Conversion) -> None:
             out.unmapped["algorithm.kl_ctrl.type"] = "adaptive KL control: only a fixed kl_in_reward_coef exists here"
     if get("algorithm.filter_groups.enable", False):
         out.set("dynamic_sampling", True, "algorithm.filter_groups.enable")
+        # verl never trains on a short batch: it raises once max_num_gen_batches rounds are spent.
+        out.set("dynamic_sampling_exhausted", "raise", "algorithm.filter_groups.enable")
         rounds = get("algorithm.filter_groups.max_num_gen_batches", 0)
         if rounds and rounds > 0:
             out.set("dynamic_sampling_max_rounds", int(rounds), "algorithm.filter_groups.max_num_gen_batches")

@@ -7,6 +7,7 @@ import logging
 from transformers import AutoTokenizer
 from trl import ModelConfig, get_peft_config
 
+from drgrpo.algorithm.advantages import lowest_scores
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import extra_eos_token_ids
 from drgrpo.algorithm.trainer import DrGRPOTrainer
@@ -44,6 +45,11 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         max_completion_length=training_args.max_completion_length,
         reward_weights=training_args.reward_weights,
     )
+    if training_args.zero_reward_for_truncated:  # each reward's lowest score must be known; else refuse before loading
+        weights = training_args.reward_weights or [1.0] * len(reward_funcs)
+        lowest_scores(
+            [f.__name__ for f in reward_funcs], [getattr(f, "reward_range", None) for f in reward_funcs], weights
+        )
     training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:

@@ -4,24 +4,25 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
 4-byte big-endian length + pickle, as in `rewards._worker`. In order:
 
 1. `B` (this process) unshares a user, mount, network and pid namespace. Unprivileged, it maps its own uid/gid to
-   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 65534 1` (only a
-   process with CAP_SETUID outside may map two ids), and waits for `("mapped",)`.
+   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 <own id> 1` (only a
+   process with CAP_SETUID outside may map two ids; `program_id_outside`), and waits for `("mapped",)`.
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
    program dies with `R`), and waits for it. `R` builds a minimal read-only root (`rewards.code._filesystem`:
    `/usr`, `/lib*`, `/etc`, the interpreters' folders, a few devices; no `/tmp`, `/var`, `/run`, `/dev/shm`,
    `/home` of the host), `pivot_root`s into it, mounts a fresh writable tmpfs on `/tmp` for the work folders and
    answers `("ready", info)`.
 3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
-   (own session and IPC namespace, uid/gid 65534, no capabilities, no new privileges, rlimits, clean environment,
-   stdin from a memfd), reads its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every
-   process of the namespace (`kill(-1, SIGKILL)`), reaps them, replaces `/tmp` by an empty tmpfs and answers
-   `(job_id, result)`. After an error of its own, or when its own limits changed, the answer carries `retire` and
+   (own session and IPC namespace, uid/gid 65534, no capabilities, no new privileges, rlimits, a fresh session
+   keyring, the seccomp filter, clean environment, stdin from a memfd), reads its stdout/stderr up to the output
+   limit, and on exit, timeout or overflow kills every process of the namespace (`kill(-1, SIGKILL)`), reaps them,
+   replaces `/tmp` by an empty tmpfs and answers `(job_id, result)`. After an error of its own, or when its own
+   limits changed, the answer carries `retire` and
    `R` exits: the trainer starts another runner.
 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
-still drops to uid 65534 (`B` must be root: the fallback is refused otherwise), but it shares the network, pid
-namespace and file system of the host (see docs/code-rewards.md). Nothing here imports beyond the standard
-library.
+drops to `B`'s own uid (`B` must be root: the fallback is refused otherwise), under the filter (no socket() at all)
+and Landlock where the kernel has it, but in the pid namespace and file system of the host (docs/code-rewards.md).
+Nothing here imports beyond the standard library (and this package's own modules).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ import struct
 import sys
 import time
 
-from rewards.code._filesystem import minimal_root, remove_tree, reset_tmp
+from rewards.code import _cgroup, _landlock
+from rewards.code._filesystem import DEVICES, ROOT_FOLDERS, minimal_root, remove_tree, reset_tmp
+from rewards.code._seccomp import ProgramFilter, join_fresh_session_keyring
 
 _HEADER = struct.Struct(">I")
 CLONE_NEWNS = 0x00020000
@@ -45,8 +48,12 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
-PROGRAM_ID = 65534  # uid and gid of every program (nobody/nogroup)
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PROGRAM_ID = 65534  # uid and gid of every program inside its user namespace (nobody/nogroup)
+# Outside (root trainer), each runner's programs get uid/gid OWN_IDS_BASE + the runner's pid: a live pid is
+# unique, so no host process and no other runner shares it (its key quota, process count, signals). The range
+# 0x70000000-0x7FFDFFFF is one that systemd leaves unused (docs/UIDS-GIDS.md), above every container range.
+OWN_IDS_BASE = 0x70000000
 STDERR_KEEP = 2048  # bytes of stderr kept for the result (the tail: where Python puts the exception)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -81,6 +88,11 @@ def _receive(stream):
     return None if payload is None else pickle.loads(payload)
 
 
+def program_id_outside(runner_pid: int) -> int:
+    """The uid and gid that the programs of runner `runner_pid` have outside (a root trainer's runners)."""
+    return OWN_IDS_BASE + runner_pid
+
+
 def _write(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -100,7 +112,7 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
     uid, gid = os.geteuid(), os.getegid()
     _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
     if uid == 0:
-        _send(out, ("map", os.getpid()))  # the parent (root outside) writes 0->0 and 65534->65534
+        _send(out, ("map", os.getpid()))  # the parent (root outside) writes 0->0 and 65534->our own id
         reply = _receive(stdin)
         if reply != ("mapped",):
             raise OSError(errno.EPERM, f"the parent could not write the uid map: {reply!r}")
@@ -119,7 +131,7 @@ def _set_limits(limits: dict, extra_processes: int) -> None:
     cpu = int(limits["cpu_seconds"])
     memory = limits["memory_mb"] * 1024 * 1024
     for name, value in (
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at `cpu` seconds, SIGKILL a second later
         (resource.RLIMIT_AS, (memory, memory)),
         (resource.RLIMIT_NPROC, (limits["max_processes"] + extra_processes,) * 2),
         (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
@@ -150,10 +162,15 @@ def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state
         if state["mode"] == "namespaces" or os.geteuid() == 0:
             if state["mode"] != "namespaces" or state["root"]:
                 os.setgroups([])
-            os.setresgid(PROGRAM_ID, PROGRAM_ID, PROGRAM_ID)
-            os.setresuid(PROGRAM_ID, PROGRAM_ID, PROGRAM_ID)
+            program_id = state["program_id"]
+            os.setresgid(program_id, program_id, program_id)
+            os.setresuid(program_id, program_id, program_id)
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
         _set_limits(job["limits"], state["extra_processes"])
+        join_fresh_session_keyring()
+        if state["landlock"]:  # the fallback: no mount namespace, so Landlock decides what it may open
+            _landlock.restrict(state["landlock"], state["readable"], [f"/dev/{d}" for d in DEVICES], workdir)
+        state["filter"].install()  # last: it refuses keyctl, setsid, unshare, ...
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         python = job["python"]
         os.execve(python, [python, *job["python_args"], "main.py"], env)
@@ -165,12 +182,15 @@ def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state
 
 
 def _kill_all(state: dict, pgid: int) -> None:
-    """Kill what the program left: every process of the namespace (R is its init), else its process group."""
+    """Kill what the program left: every process of the namespace (R is its init); in the fallback every process
+    of the runner's own uid (a root trainer's: each runner has its own), else the program's process group."""
     if os.getpid() == 1:
         try:
             os.kill(-1, signal.SIGKILL)  # from a namespace's init: every other process in it, never outside it
         except ProcessLookupError:
             pass
+    elif state["root"]:
+        _kill_uid(state["program_id"])
     else:
         try:
             os.killpg(pgid, signal.SIGKILL)
@@ -178,21 +198,39 @@ def _kill_all(state: dict, pgid: int) -> None:
             pass
 
 
-def _reap(pid: int, block_s: float, state: dict) -> int | None:
-    """The wait status of `pid`, after reaping every other child too (killed again while any is left, until
-    `block_s`): R's children are the program and the orphans of its namespace, and none may outlive the test."""
-    status = None
+def _kill_uid(uid: int) -> None:
+    """`kill(-1, SIGKILL)` as `uid`: every process of that uid, wherever it went (another session or process group),
+    and nothing else. A SIGKILL pending stops a fork in progress, so one pass reaches all; two to be sure."""
+    helper = os.fork()
+    if helper == 0:
+        try:
+            os.setresuid(uid, uid, uid)
+            for _ in range(2):
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+        finally:
+            os._exit(0)
+    os.waitpid(helper, 0)
+
+
+def _reap(pid: int, block_s: float, state: dict) -> tuple[int | None, float]:
+    """The wait status of `pid` and its CPU seconds (its own and its reaped children's), after reaping every other
+    child too (killed again while any is left, until `block_s`): R's children are the program and the orphans of
+    its namespace (or, in the fallback, of its subreaper B), and none may outlive the test."""
+    status, cpu = None, 0.0
     deadline = time.monotonic() + block_s
     while True:
         try:
-            done, code = os.waitpid(-1, os.WNOHANG)
+            done, code, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
-            return status
+            return status, cpu
         if done == pid:
-            status = code
+            status, cpu = code, usage.ru_utime + usage.ru_stime
         if done == 0:
             if time.monotonic() > deadline:
-                return status
+                return status, cpu
             _kill_all(state, pid)
             time.sleep(0.002)
 
@@ -206,8 +244,8 @@ def run_job(job: dict, state: dict) -> dict:
         with open(os.path.join(workdir, "main.py"), "wb") as f:
             f.write(job["program"])
         if state["mode"] == "namespaces" or state["root"]:
-            os.chown(workdir, PROGRAM_ID, PROGRAM_ID)
-            os.chown(os.path.join(workdir, "main.py"), PROGRAM_ID, PROGRAM_ID)
+            os.chown(workdir, state["program_id"], state["program_id"])
+            os.chown(os.path.join(workdir, "main.py"), state["program_id"], state["program_id"])
         stdin_fd = os.memfd_create("stdin")
         os.write(stdin_fd, job["stdin"])
         os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -230,13 +268,16 @@ def run_job(job: dict, state: dict) -> dict:
         return result
     finally:
         if state["mode"] == "namespaces":
-            reset_tmp(workdir, state["tmpfs_mb"])
+            reset_tmp(workdir, state["tmpfs"])
         else:
             remove_tree(workdir)
 
 
 def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> dict:
-    deadline = start + limits["timeout"]
+    """Read the program's output until it exits (or the wall limit, or the output limit); the verdict. Its time
+    limit is CPU time (`limits["timeout"]`): a neighbour that takes the CPU makes it slower, not wrong, up to the
+    wall limit (`limits["wall_timeout"]`, by default twice as long), which stops programs that sleep or block."""
+    deadline = start + limits["wall_timeout"]
     stdout, stderr = bytearray(), bytearray()
     open_fds = {out_r, err_r}
     pidfd = os.pidfd_open(pid)
@@ -266,13 +307,15 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
                 break
     finally:
         _kill_all(state, pid)
-        wait_status = _reap(pid, 5.0, state)
+        wait_status, cpu = _reap(pid, 5.0, state)
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
     wall = time.monotonic() - start
     if status == "ok":
         if wait_status is None:
             status = "sandbox_error"
+        elif cpu > limits["timeout"]:
+            status = "timeout"  # finished (or crashed), but after more CPU time than allowed
         elif os.WIFSIGNALED(wait_status):
             status = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
         elif os.WEXITSTATUS(wait_status) != 0:
@@ -286,6 +329,7 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
         "stdout": bytes(stdout[: limits["max_output_bytes"]]),
         "stderr": bytes(stderr),
         "wall_s": wall,
+        "cpu_s": cpu,
     }
 
 
@@ -296,13 +340,16 @@ def _own_settings() -> tuple:
 
 
 def _error(message: str) -> dict:
-    return {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": message.encode(), "wall_s": 0.0}
+    result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": message.encode()}
+    return {**result, "wall_s": 0.0, "cpu_s": 0.0}
 
 
 def _serve(stdin, out, state: dict) -> None:
     """Answer jobs until the trainer closes stdin, or until the runner itself may be damaged: after an error of its
     own, it answers `retire` and exits, so that the trainer replaces it instead of sending it more jobs."""
-    _send(out, ("ready", {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}))
+    info = {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}
+    info |= {"program_uid": state["program_uid"], "landlock": state["landlock"], "cgroup": state["cgroup"]}
+    _send(out, ("ready", info))
     start_up = _own_settings()
     while True:
         job = _receive(stdin)
@@ -336,8 +383,17 @@ def main() -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() == 1:
             os._exit(0)
-    root = os.geteuid() == 0
-    state = {"mode": "fallback", "root": root, "extra_processes": 0, "work_root": config["fallback_dir"]}
+    cgroup = config["cgroup"]
+    if cgroup is not None:
+        try:
+            _cgroup.join(cgroup)  # before anything forks: R and every program start in it
+        except OSError:
+            cgroup = None
+    root, uid = os.geteuid() == 0, os.geteuid()
+    state = {"cgroup": cgroup, "mode": "fallback", "root": root, "extra_processes": 0}
+    state["work_root"] = config["fallback_dir"]
+    state |= {"program_id": PROGRAM_ID, "program_uid": program_id_outside(os.getpid()) if root else uid}
+    state |= {"landlock": 0, "readable": [f"/{name}" for name in ROOT_FOLDERS] + config["expose"]}
     try:
         state["mode"] = _unshare(stdin, out, config.get("no_namespaces", False))
     except OSError as exc:
@@ -349,6 +405,14 @@ def main() -> None:
             _send(out, ("unavailable", reason, "namespaces"))
             return
         state["unshare_error"] = str(exc)
+        state["program_id"] = state["program_uid"]  # no user namespace: this runner's own uid, as is
+        state["landlock"] = _landlock.abi_version()
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a program come back to B, to be reaped
+    try:
+        state["filter"] = ProgramFilter(namespaces=state["mode"] == "namespaces")
+    except OSError as exc:
+        _send(out, ("unavailable", str(exc), "isolation"))
+        return
     if state["mode"] == "namespaces":
         # Unprivileged, B and R share uid 65534 of the namespace with the programs and count towards its
         # process limit.
@@ -360,11 +424,11 @@ def main() -> None:
             os._exit(os.waitstatus_to_exitcode(wait_status) & 0xFF)
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # R dies with B
         try:
-            minimal_root(config["expose"], config["tmpfs_mb"])
+            minimal_root(config["expose"], config["tmpfs"])
         except OSError as exc:
             _send(out, ("unavailable", f"filesystem isolation failed: {exc}", "isolation"))
             return
         # The runner's own tmpfs, invisible outside its mount namespace, replaced after each job.
-        state["work_root"], state["tmpfs_mb"] = "/tmp", config["tmpfs_mb"]
+        state["work_root"], state["tmpfs"] = "/tmp", config["tmpfs"]
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
     _serve(stdin, out, state)

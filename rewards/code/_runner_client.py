@@ -3,6 +3,7 @@ is root, send jobs and read answers (4-byte big-endian length + pickle), kill it
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import signal
@@ -13,12 +14,16 @@ import threading
 from multiprocessing.connection import wait as wait_readable
 from pathlib import Path
 
+from rewards.code import _cgroup
+from rewards.code._runner import PROGRAM_ID, program_id_outside
+
 _HEADER = struct.Struct(">I")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _BOOT = "import sys; sys.path.insert(0, sys.argv[2]); from rewards.code._runner import main; main()"
 # Seconds beyond a program's own timeout before its runner is considered hung and killed (set-up + clean-up).
 RUNNER_GRACE_S = 10.0
 START_TIMEOUT_S = 30.0
+_cgroup_names = itertools.count()
 
 
 class SandboxUnavailable(RuntimeError):
@@ -31,17 +36,21 @@ class NamespacesUnavailable(SandboxUnavailable):
 
 
 def _write_id_maps(pid: int) -> None:
-    """Root outside: map root (the runner) and 65534 (the programs) into the runner's new user namespace."""
+    """Root outside: map root (the runner) and the programs' 65534 inside (to an id of this runner's own outside)
+    into the runner's new user namespace."""
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{name}", "w") as f:
-            f.write("0 0 1\n65534 65534 1\n")
+            f.write(f"0 0 1\n{PROGRAM_ID} {program_id_outside(pid)} 1\n")
 
 
 class _Runner:
     """One runner process (see `rewards.code._runner`), talking over its stdin/stdout."""
 
     def __init__(self, config: dict) -> None:
+        # A CPU cgroup of its own where the machine allows it (see rewards.code._cgroup); the runner joins it.
+        self.cgroup = _cgroup.runner_cgroup(f"{_cgroup.PREFIX}{os.getpid()}-{next(_cgroup_names)}")
         config = {**config, "die_with_parent": threading.current_thread() is threading.main_thread()}
+        config["cgroup"] = self.cgroup
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-c", _BOOT, pickle.dumps(config).hex(), _PACKAGE_ROOT],
             stdin=subprocess.PIPE,
@@ -97,7 +106,7 @@ class _Runner:
 
     def run(self, job: dict) -> dict:
         self._send(job)
-        message = self._receive(job["limits"]["timeout"] + RUNNER_GRACE_S)
+        message = self._receive(job["limits"]["wall_timeout"] + RUNNER_GRACE_S)
         if message is None:
             raise RuntimeError(f"sandbox runner exited (code {self.process.poll()})")
         job_id, result = message
@@ -135,6 +144,8 @@ class _Runner:
             wait_readable(r_pidfds, 10)  # a pidfd turns readable when its process has exited
         for fd in r_pidfds:
             os.close(fd)
+        if self.cgroup is not None:
+            _cgroup.remove(self.cgroup)
 
 
 def _child_pidfds(pid: int) -> list[int]:

@@ -28,6 +28,7 @@ def sandbox_limits(settings: CodeRewardArguments) -> SandboxLimits:
         max_open_files=settings.code_max_open_files,
         max_output_bytes=settings.code_max_output_kb * 1024,
         max_file_bytes=settings.code_max_file_mb * 1024 * 1024,
+        max_files=settings.code_max_files,
     )
 
 
@@ -47,6 +48,8 @@ class CodeReward:
     scores 0.0; a problem whose tests cannot be read scores None (warned once, counted in `unusable_tests`), as
     does a completion whose run failed in the sandbox itself (`sandbox_errors`, and `rewards/code/failures`).
     """
+
+    reward_range = (0.0, 1.0)
 
     def __init__(self, settings: CodeRewardArguments, checker: Checker | None = None, num_workers: int = 1) -> None:
         settings.check_code_settings()
@@ -169,6 +172,8 @@ class CodeReward:
 
 class CodeFormatReward:
     """1.0 if the answer holds exactly one closed ```python block (`rewards.code.blocks.code_format_score`)."""
+
+    reward_range = (0.0, 1.0)
 
     def __init__(self, language: str = "python") -> None:
         self.language = language

@@ -1,20 +1,24 @@
 """`Sandbox`: run untrusted programs on this machine, offline, each as a fresh unprivileged process under limits.
 
 What a program gets (docs/code-rewards.md has the full list of guarantees and non-guarantees):
-- its own session and process group, uid/gid 65534 with no capabilities and `no_new_privs` (never root, even when
-  the trainer is root: the kernel does not apply the process limit to root);
+- its own session and process group, uid/gid 65534 inside (outside, a root trainer's runner's own uid) with no
+  capabilities and `no_new_privs` (never root, even when the trainer is root: the kernel does not apply the process
+  limit to root), a fresh session keyring, and a seccomp filter (`rewards.code._seccomp`) refusing what namespaces
+  do not isolate: keyrings, non-namespaced socket families (vsock, ...), io_uring, setsid, new namespaces;
 - a network namespace of its own runner with no interface up (no network, not even 127.0.0.1 of the host), a pid
   namespace (it cannot see or signal any process outside it; everything it starts dies with the test), an IPC
   namespace of its own, and a mount namespace whose root is minimal and read-only (/usr, /lib*, /etc, the
   interpreter, a few devices: no folder of the host where others create files or sockets, no repository);
-- a fresh working folder on a private tmpfs (deleted after the test), an empty environment (PATH, HOME, LANG only),
-  stdin from the test;
-- limits: wall seconds (`timeout`), CPU seconds, address space, processes/threads, open files, file size, output.
+- a fresh working folder on a private tmpfs of `max_files` inodes (deleted after the test), an empty environment
+  (PATH, HOME, LANG only), stdin from the test; a CPU cgroup per runner where the machine allows one;
+- limits: CPU seconds (`timeout`), wall seconds (twice that), address space, processes/threads, open files, file
+  size, files, output.
 
 Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
 and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
-`allow_network_fallback` is set and the trainer is root; then programs still run as uid 65534 under the same
-rlimits, but share the host's network, pid namespace and file system, and a warning says so once.
+`allow_network_fallback` is set and the trainer is root; then programs run as their runner's own uid under the
+same rlimits and filter (which then refuses every socket()), Landlock limiting the files they may open where the
+kernel has it, in the host's pid namespace and file system; a warning says once what that does not stop.
 """
 
 from __future__ import annotations
@@ -41,9 +45,15 @@ __all__ = ["NamespacesUnavailable", "RunResult", "Sandbox", "SandboxLimits", "Sa
 STATUSES = ("ok", "crash", "timeout", "output_limit", "sandbox_error")
 
 
+MAX_FILES = 100_000  # the most files `max_files` may allow (each costs ~1 KiB of kernel memory, ~5 us to free)
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-program limits. `cpu_seconds` None: `ceil(timeout) + 1` (wall time is the binding limit)."""
+    """Per-program limits. `timeout`: CPU seconds of the program (its own and its waited-for children's), so that a
+    neighbour taking the CPU makes it slower, not wrong; `wall_timeout` None: `2 * timeout`, the wall-clock limit
+    (programs that sleep or block); `cpu_seconds` None: `ceil(timeout)`, the RLIMIT_CPU of each of its processes
+    (SIGXCPU, then SIGKILL a second later); `max_files`: files and folders it may create (tmpfs inodes)."""
 
     timeout: float = 5.0
     memory_mb: int = 512
@@ -51,29 +61,36 @@ class SandboxLimits:
     max_open_files: int = 64
     max_output_bytes: int = 1 << 20
     max_file_bytes: int = 16 << 20
+    max_files: int = 10_000
     cpu_seconds: int | None = None
+    wall_timeout: float | None = None
 
     def __post_init__(self) -> None:
         for key, value in asdict(self).items():
             if value is not None and value <= 0:
                 raise ValueError(f"Sandbox limit {key} must be positive, got {value}.")
+        if self.max_files > MAX_FILES:
+            raise ValueError(f"Sandbox limit max_files must be at most {MAX_FILES}, got {self.max_files}.")
 
     def for_runner(self) -> dict:
         limits = asdict(self)
-        limits["cpu_seconds"] = self.cpu_seconds or math.ceil(self.timeout) + 1
+        limits["cpu_seconds"] = self.cpu_seconds or math.ceil(self.timeout)
+        limits["wall_timeout"] = self.wall_timeout or 2 * self.timeout
         return limits
 
 
 @dataclass
 class RunResult:
-    """What one program did: `status` is ok (exit 0), crash (non-zero exit or signal), timeout (wall or CPU time),
-    output_limit (printed more than allowed) or sandbox_error (the sandbox failed, not the program)."""
+    """What one program did: `status` is ok (exit 0), crash (non-zero exit or signal), timeout (CPU or wall time),
+    output_limit (printed more than allowed) or sandbox_error (the sandbox failed, not the program). `cpu_s`: the
+    CPU seconds of its main process and the children it waited for."""
 
     status: str
     exit_code: int | None
     stdout: bytes
     stderr: bytes
     wall_s: float
+    cpu_s: float = 0.0
 
     @property
     def text(self) -> str:
@@ -144,7 +161,8 @@ class Sandbox:
             "allow_fallback": allow_network_fallback,
             # The minimal root binds these (besides /usr, /lib*, /etc): the runner's own Python and the programs'.
             "expose": [*expose, *installation_folders(self.python)],
-            "tmpfs_mb": max(64, (self.limits.max_file_bytes * 4) >> 20),
+            # /tmp: its bytes, and its files (the work folder, main.py and the tmpfs's root are 3 inodes more).
+            "tmpfs": f"size={max(64, (self.limits.max_file_bytes * 4) >> 20)}m,nr_inodes={self.limits.max_files + 3}",
             "fallback_dir": self.fallback_dir,
             # Simulate a kernel without namespaces (tests, and checking a fallback set-up before relying on it).
             "no_namespaces": os.environ.get("DRGRPO_SANDBOX_NO_NAMESPACES") == "1",
@@ -178,7 +196,7 @@ class Sandbox:
     def _start_runner(self) -> _Runner:
         runner = _Runner(self.config)
         if runner.info["mode"] != "namespaces":
-            _warn_fallback_once()
+            _warn_fallback_once(runner.info["landlock"])
         self.mode = runner.info["mode"]
         self.runners.append(runner)
         return runner
@@ -213,7 +231,7 @@ class Sandbox:
     def _job(self, program: str, stdin: str, timeout: float | None = None) -> dict:
         limits = self.limits.for_runner()
         if timeout is not None:
-            limits.update(timeout=timeout, cpu_seconds=math.ceil(timeout) + 1)
+            limits.update(timeout=timeout, cpu_seconds=math.ceil(timeout), wall_timeout=2 * timeout)
         return {
             "id": next(self._ids),
             "program": program.encode("utf-8", errors="surrogatepass"),
@@ -255,7 +273,7 @@ class Sandbox:
         except Exception as exc:  # noqa: BLE001 - a hung or dead runner: replace it, the job is a sandbox error
             runner = self._replace(runner, f"it failed ({exc})")
             result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": str(exc).encode()}
-            result["wall_s"] = 0.0
+            result.update(wall_s=0.0, cpu_s=0.0)
         else:
             # A runner that retires (an error of its own, or its limits changed under it) has exited: replace it.
             if result.pop("retire", False):
@@ -281,17 +299,33 @@ class Sandbox:
 _warned_fallback = False
 
 
-def _warn_fallback_once() -> None:
+def fallback_warning(landlock_abi: int) -> str:
+    """What the fallback does and does not stop, on a kernel with Landlock ABI `landlock_abi` (0: none)."""
+    common = (
+        "code sandbox: this kernel does not allow user/network namespaces, and code_allow_network_fallback is "
+        "set: programs run WITHOUT namespaces, as a uid of their runner's own (so they cannot signal other "
+        "completions' programs or any other process), with every socket() refused (no network, no Unix socket "
+        "of this machine's services), under the same limits, in the host's pid namespace. "
+    )
+    if landlock_abi:
+        return common + (
+            f"Landlock (ABI {landlock_abi}) lets them read only the system and interpreter folders (/usr, /etc, "
+            "/lib*, ...: any file there that their uid may read) and create no file anywhere. See "
+            "docs/code-rewards.md."
+        )
+    return common + (
+        "This kernel has no Landlock, so NOTHING STOPS A PROGRAM FROM READING EVERY FILE ITS UID MAY READ: the test "
+        "cases and expected outputs in a world-readable dataset or clone (a program can print the expected output "
+        "and score full marks), /proc, other users' world-readable files; nor from filling world-writable "
+        "folders (/tmp, /dev/shm, /var/tmp) with files no limit counts. See docs/code-rewards.md."
+    )
+
+
+def _warn_fallback_once(landlock_abi: int) -> None:
     global _warned_fallback
     if not _warned_fallback:
         _warned_fallback = True
-        logger.warning(
-            "code sandbox: this kernel does not allow user/network namespaces, and code_allow_network_fallback is "
-            "set: programs run WITHOUT network isolation (they could reach the network and this machine's "
-            "services), share the host's pid namespace and see its whole file system, and can fill its "
-            "world-writable folders (/tmp, /dev/shm, /var/tmp). They run as uid 65534 (the trainer is root; an "
-            "unprivileged trainer is refused the fallback) under the same limits. See docs/code-rewards.md."
-        )
+        logger.warning(fallback_warning(landlock_abi))
 
 
 def _unavailable_message(reason: str) -> str:

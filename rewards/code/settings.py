@@ -30,8 +30,9 @@ class CodeRewardArguments:
     code_timeout: float = field(
         default=5.0,
         metadata={
-            "help": "Wall-clock seconds per test case (the CPU limit is this rounded up + 1). Past it every process "
-            "of the program is killed and the test fails (counted in rewards/code/timeouts)."
+            "help": "CPU seconds per test case (of the program's main process and the children it waits for), so "
+            "that other completions' programs taking the CPU make it slower, not wrong; the wall-clock limit is "
+            "twice this. Past either the program's processes are killed and the test fails (rewards/code/timeouts)."
         },
     )
     code_memory_mb: int = field(
@@ -50,6 +51,13 @@ class CodeRewardArguments:
         metadata={"help": "Standard output kept per test, in KiB; a program printing more is killed and fails."},
     )
     code_max_file_mb: int = field(default=16, metadata={"help": "Largest file a program may write, in MiB."})
+    code_max_files: int = field(
+        default=10_000,
+        metadata={
+            "help": "Files and folders a program may create in its working folder (the inodes of its tmpfs, about "
+            "1 KiB of kernel memory each), at most 100000."
+        },
+    )
     code_num_workers: int | None = field(
         default=None,
         metadata={
@@ -82,8 +90,10 @@ class CodeRewardArguments:
     code_allow_network_fallback: bool = field(
         default=False,
         metadata={
-            "help": "Where the kernel forbids user/network namespaces, run programs anyway, WITHOUT network "
-            "isolation (a warning says so once). False: the code reward refuses to start there."
+            "help": "Where the kernel forbids user/network namespaces, run programs anyway (root trainers only) "
+            "with weaker isolation: no private network, pid namespace or file system; sockets refused by seccomp, "
+            "files restricted by Landlock where the kernel has it. A warning says once what it does not stop. "
+            "False: the code reward refuses to start there."
         },
     )
 
@@ -91,9 +101,11 @@ class CodeRewardArguments:
         """Raise a `ValueError` naming a code setting that cannot work."""
         if self.code_scoring not in CODE_SCORINGS:
             raise ValueError(f"code_scoring={self.code_scoring!r}: choose one of {', '.join(CODE_SCORINGS)}.")
-        for key in ("code_timeout", "code_memory_mb", "code_max_processes", "code_max_open_files"):
+        for key in ("code_timeout", "code_memory_mb", "code_max_processes", "code_max_open_files", "code_max_files"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}.")
+        if self.code_max_files > 100_000:
+            raise ValueError(f"code_max_files={self.code_max_files}: at most 100000 (each costs kernel memory).")
         if self.code_memory_mb < 64:
             raise ValueError(f"code_memory_mb={self.code_memory_mb}: the interpreter alone needs ~30 MiB; use 64+.")
         if self.code_float_tolerance < 0:
