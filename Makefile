@@ -72,11 +72,12 @@ compare: install
 
 # Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
 # SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed. Code rewards read
-# the tests column: `SCORE_REWARDS="code code_format" ARGS="--answer_column verification_info"`.
+# the tests column (verification_info unless ARGS="--tests_column NAME") and the summary counts the programs that
+# timed out, crashed or failed in the sandbox: `make score SCORE_INPUT=programs.jsonl SCORE_REWARDS="code code_format"`.
 SCORE_INPUT ?=
 SCORE_REWARDS ?= accuracy
 score: install
-	$(PY) scripts/score.py --input $(SCORE_INPUT) --reward_funcs $(SCORE_REWARDS) $(ARGS)
+	$(PY) scripts/score.py $(if $(SCORE_INPUT),--input $(SCORE_INPUT)) --reward_funcs $(SCORE_REWARDS) $(ARGS)
 
 # Evaluate a checkpoint: `make eval MODEL=outputs/demo/model BENCH=math500 [N=8]`; BENCH is a preset (aime24 amc amc23
 # math500 minerva olympiadbench gsm8k), a local file, several of them in quotes, or `paper` (the Dr.GRPO paper's Table 4

@@ -21,8 +21,12 @@ class ScoreArguments:
         default=None, metadata={"help": "Per-row results (.jsonl). None: <input>.scored.jsonl next to the input."}
     )
     completion_column: str = field(default="completion", metadata={"help": "Column holding the completion."})
-    answer_column: str = field(
-        default="answer", metadata={"help": "Column holding the gold answer (passed to rewards as `answer`)."}
+    answer_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column holding the gold answer (passed to rewards as `answer`). None: `answer`, or the tests "
+            "column (tests_column, default verification_info) when the rewards are code rewards only."
+        },
     )
     tokenizer: str | None = field(
         default=None,
@@ -47,6 +51,24 @@ class ScoreArguments:
         },
     )
     show: int = field(default=20, metadata={"help": "How many None/failed rows to print."})
+
+
+# The rewards that read the tests column rather than a gold answer.
+CODE_REWARDS = frozenset({"code", "code_format"})
+# The code reward's counters that `score.py` prints (rewards.code.reward.COUNTERS): what happened to the programs.
+CODE_COUNTER_WORDS = {
+    "timeouts": "test runs timed out",
+    "crashes": "crashed (error exit, signal or output over the limit)",
+    "sandbox_errors": "failed in the sandbox itself (scored None)",
+    "unusable_tests": "problems with unusable tests (None)",
+    "no_code": "completions without a code block (0)",
+    "check_errors": "checks that raised (a failed test)",
+}
+
+
+def default_answer_column(reward_funcs: Sequence[str], tests_column: str) -> str:
+    """`answer`, or the tests column when every reward is a code reward (they read it, not a gold answer)."""
+    return tests_column if reward_funcs and set(reward_funcs) <= CODE_REWARDS else "answer"
 
 
 def load_rows(path: str | Path, completion_column: str, answer_column: str) -> list[dict]:
@@ -103,12 +125,16 @@ def score_rows(
     answer_column: str = "answer",
     tokenizer=None,
     batch_size: int = 1024,
+    counters: dict[str, dict[str, int]] | None = None,
     truncated: Sequence[bool] | None = None,
     truncated_as_wrong: bool = False,
 ) -> list[dict]:
     """Per-row results: `{"index", "truncated", "<name>": score, "<name>_failed": bool, "<name>_detail": str|None}`
-    per reward. `truncated` (aligned flags): with `truncated_as_wrong`, those rows' positive scores become 0 and their
-    detail says so."""
+    per reward.
+
+    `counters`, when given, is filled with each reward's counts summed over the batches (`RewardReport.counters`:
+    the code reward's timeouts, crashes, sandbox errors, ...). `truncated` (aligned flags): with
+    `truncated_as_wrong`, those rows' positive scores become 0 and their detail says so."""
     truncated = list(truncated) if truncated is not None else [False] * len(rows)
     if len(truncated) != len(rows):
         raise ValueError(f"{len(truncated)} truncated flags for {len(rows)} rows: they must align.")
@@ -120,6 +146,10 @@ def score_rows(
         for reward in reward_funcs:
             scores = reward(completions=completions, **kwargs)
             report = reward.last_report
+            if counters is not None:
+                totals = counters.setdefault(reward.__name__, {})
+                for key, value in report.counters.items():
+                    totals[key] = totals.get(key, 0) + int(value)
             for offset, score in enumerate(scores):
                 result = results[start + offset]
                 result[reward.__name__] = score
@@ -149,6 +179,22 @@ def summarize(results: Sequence[dict], names: Sequence[str]) -> dict[str, dict]:
             "truncated_1.0": sum(s == 1.0 for s in truncated),
         }
     return summary
+
+
+def counter_line(name: str, counts: dict[str, int]) -> str | None:
+    """`code: 2 test runs timed out, 1 crashed (...), 0 failed in the sandbox itself (...)`: what happened to the
+    programs a code reward ran (timeouts, crashes and sandbox errors always; the other counts when not 0); None for
+    a reward without such counters."""
+    if not set(counts) & set(CODE_COUNTER_WORDS):
+        return None
+    always = ("timeouts", "crashes", "sandbox_errors")
+    parts = [f"{counts.get(key, 0)} {CODE_COUNTER_WORDS[key]}" for key in always]
+    parts += [
+        f"{counts[key]} {CODE_COUNTER_WORDS[key]}"
+        for key in CODE_COUNTER_WORDS
+        if key not in always and counts.get(key)
+    ]
+    return f"{name}: " + ", ".join(parts)
 
 
 def flagged_rows(results: Sequence[dict], names: Sequence[str]) -> list[dict]:

@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("paths", nargs="+", help="Evaluation folders, parents of them, or summary.json files.")
     parser.add_argument("--metric", default="pass@1", help="Summary metric to show: pass@1, pass@k, maj@n.")
     parser.add_argument(
-        "--paper", action="store_true", help="Add the Dr.GRPO paper's Oat-Zero rows (greedy pass@1, Table 4)."
+        "--paper",
+        action="store_true",
+        help="Add the Dr.GRPO paper's Oat-Zero rows (greedy pass@1, Table 4; labelled so whatever --metric).",
     )
     args = parser.parse_args(argv)
     table = comparison_table(find_summaries(args.paths), args.metric, PAPER_RESULTS if args.paper else None)

@@ -7,7 +7,7 @@ groups, entropy, KL, clip fraction, truncation and learning rate, from each run'
 import argparse
 
 from drgrpo.core.errors import run_main
-from drgrpo.observe.plotting import load_log_history, plot_runs, run_labels
+from drgrpo.observe.plotting import kl_shown, load_log_history, plot_runs, run_labels
 
 
 def main() -> None:
@@ -26,6 +26,8 @@ def main() -> None:
     except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))
     print(f"wrote {plot_runs(histories, args.output, title=args.title, smooth=args.smooth)}")
+    for label, history in histories.items():
+        print(f"{label}: the KL panel shows {kl_shown(history)}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `make test` sets MAKELEVEL, which makes fixes read `ARGS="--flag value"` (drgrpo.core.errors.command_flag); the tests
+# that check a message see the plain command line unless they set it themselves.
+os.environ.pop("MAKELEVEL", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

@@ -112,7 +112,7 @@ def fake_summary():
     return mechanism, runs
 
 
-def test_summary_has_exactly_the_issue_keys():
+def test_summary_has_exactly_the_experiment_keys():
     mechanism, runs = fake_summary()
     summary = summary_json(mechanism, runs)
     assert set(summary) == {"mechanism", "runs"}
@@ -122,8 +122,12 @@ def test_summary_has_exactly_the_issue_keys():
     json.dumps(summary)
     assert seed_effects(summary["runs"]) == {0: pytest.approx(0.5), 1: pytest.approx(0.5)}
     assert all(mechanism_verdicts(summary["mechanism"]).values())
-    markdown = summary_markdown(summary, step_norm=0.05, total_seconds=100)
+    markdown = summary_markdown(summary, step_norm=0.05, total_seconds=100, machine="CPU X (2 usable cores)")
     assert "Measured: 2 of 2 seeds" in markdown and "+6.0" in markdown  # z of grpo's negative side
+    # The goals in the experiment's own words (no reference to where they were first written down), and the machine.
+    assert "issue" not in markdown.lower()
+    assert "- GRPO lengthens the tail after a wrong answer (z >= 3): met" in markdown
+    assert "Machine: CPU X (2 usable cores). The numbers move with the machine" in markdown
 
 
 @pytest.mark.slow
@@ -144,6 +148,9 @@ def test_make_bias_short_run_writes_its_files(tmp_path):
     assert all(set(v) == set(MECHANISM_KEYS) for v in summary["mechanism"].values())
     assert [(r["seed"], r["algorithm"]) for r in summary["runs"]] == [(0, "grpo"), (0, "dr_grpo")]
     assert all(set(r) == set(RUN_KEYS) and 0 <= r["accuracy_after_rl"] <= 1 for r in summary["runs"])
+    # What `make bias` prints: the machine its numbers depend on, and goals without issue numbers.
+    assert "Machine: CPU " in result.stdout and "torch " in result.stdout and " thread(s)" in result.stdout
+    assert "issue" not in result.stdout.lower() and "Goals of the mechanism experiment" in result.stdout
 
 
 def test_tail_probe_of_a_batch_without_readable_answers_is_empty():

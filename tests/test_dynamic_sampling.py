@@ -69,7 +69,7 @@ def test_stream_walks_seeded_permutations_across_epochs():
 
 
 def test_settings_are_checked(tmp_path):
-    with pytest.raises(ValueError, match="dynamic_sampling_max_rounds must be >= 1"):
+    with pytest.raises(ValueError, match="dynamic_sampling_max_rounds: 0 is not allowed"):
         DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, dynamic_sampling=True, dynamic_sampling_max_rounds=0)
     with pytest.raises(ValueError, match="dynamic_sampling_exhausted='stop' is not one of"):
         DrGRPOConfig(output_dir=str(tmp_path), use_cpu=True, dynamic_sampling=True, dynamic_sampling_exhausted="stop")

@@ -444,8 +444,8 @@ def test_summarize_refuses_an_incomplete_run():
         ev.summarize(HAND_ROWS[:3], n=2, equivalent=fraction_equivalent)
 
 
-def _summary(model, benchmark, value):
-    return {"model": model, "benchmark": benchmark, "pass@1": value, "maj@4": value / 2}
+def _summary(model, benchmark, value, n=4):
+    return {"model": model, "benchmark": benchmark, "n": n, "pass@1": value, f"maj@{n}": value / 2}
 
 
 def test_comparison_table_models_by_benchmarks_in_paper_order():
@@ -458,22 +458,33 @@ def test_comparison_table_models_by_benchmarks_in_paper_order():
         ]
     )
     lines = table.strip().splitlines()
-    assert lines[0] == "| model (pass@1, %) | AIME 2024 | MATH-500 | Avg. |"
-    assert lines[2] == "| base | 10.0 | 50.0 | 30.0 |"
-    assert lines[3] == "| drgrpo | 20.0 | 75.0 | 47.5 |"
+    assert lines[0] == "| model | metric (%) | AIME 2024 | MATH-500 | Avg. |"
+    assert lines[2] == "| base | pass@1 | 10.0 | 50.0 | 30.0 |"
+    assert lines[3] == "| drgrpo | pass@1 | 20.0 | 75.0 | 47.5 |"
+    assert len(lines) == 4  # no empty cell, no note
 
 
 def test_comparison_table_missing_cells_metric_and_paper_rows():
+    """`make eval-compare ARGS="--metric maj@4 --paper"`: each row is labelled with its own metric (the paper's are
+    greedy pass@1, not maj@4), and every empty cell is explained under the table."""
     table = ev.comparison_table(
-        [_summary("a", "gsm8k", 0.5), _summary("a", "math500", 0.25), _summary("b", "math500", 1.0)],
+        [_summary("a", "gsm8k", 0.5), _summary("a", "math500", 0.25), _summary("b", "math500", 1.0, n=16)],
         metric="maj@4",
         references={"Oat-Zero-7B (paper)": {"math500": 80.0}},
     )
     lines = table.strip().splitlines()
-    assert lines[0] == "| model (maj@4, %) | MATH-500 | GSM8K | Avg. |"
-    assert lines[2] == "| a | 12.5 | 25.0 | 18.8 |"
-    assert lines[3] == "| b | 50.0 | – | – |"
-    assert lines[4] == "| Oat-Zero-7B (paper) | 80.0 | – | – |"
+    assert lines[0] == "| model | metric (%) | MATH-500 | GSM8K | Avg. |"
+    assert lines[2] == "| a | maj@4 | 12.5 | 25.0 | 18.8 |"
+    assert lines[3] == "| b | maj@4 | – | – | – |"
+    assert lines[4] == "| Oat-Zero-7B (paper) | greedy pass@1 | 80.0 | – | – |"
+    notes = lines[6:]
+    assert notes[0] == (
+        "- – b on math500: no maj@4: its summary has pass@1, maj@16 (n=16 samples: maj@k is reported at k = n; "
+        "rerun with N=4, or pick one of those with --metric)."
+    )
+    assert "- – b on gsm8k: not evaluated on it." in notes
+    assert "- – Oat-Zero-7B (paper) on gsm8k: not in the published table." in notes
+    assert any("published rows are greedy pass@1 whatever --metric" in note for note in notes)
 
 
 def test_comparison_table_rejects_two_runs_of_one_cell():
@@ -522,13 +533,17 @@ def test_read_samples_names_a_corrupt_line(tmp_path):
         ev.read_samples(path)
 
 
-def test_resume_refuses_other_settings(tmp_path):
+def test_resume_refuses_other_settings(tmp_path, monkeypatch):
     ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)
     ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)  # same settings: fine
     with pytest.raises(ValueError, match=r"other settings \(n: 4 -> 8\).*--overwrite true"):
         ev._check_config(tmp_path, {"model": "m", "n": 8, "seed": 0}, overwrite=False)
     (tmp_path / "samples.jsonl").write_text("{}\n")
     ev._check_config(tmp_path, {"model": "m", "n": 8, "seed": 0}, overwrite=True)
+    # Run by `make eval` (make sets MAKELEVEL), the fix is what make needs: ARGS="--overwrite true".
+    monkeypatch.setenv("MAKELEVEL", "1")
+    with pytest.raises(ValueError, match=r'ARGS="--output_dir DIR"\), or ARGS="--overwrite true" to start again'):
+        ev._check_config(tmp_path, {"model": "m", "n": 4, "seed": 0}, overwrite=False)
     assert not (tmp_path / "samples.jsonl").exists()
 
 
@@ -578,3 +593,18 @@ def test_evaluation_reads_answers_with_the_recipes_extraction_mode(tmp_path):
 def test_a_gold_with_several_boxes_keeps_them_all():
     assert ev.last_boxed("so $\\boxed{1}$ and $\\boxed{2}$.") == "1, 2"
     assert ev.last_boxed("first \\boxed{1}, then after checking \\boxed{2}") == "2"
+
+
+def test_eval_compare_with_paper_rows_names_each_rows_metric(tmp_path, capsys):
+    """`make eval-compare ARGS="--metric maj@8 --paper"` on a run with n=16: the paper's rows say greedy pass@1, and
+    the empty maj@8 cell says why (the run has maj@16)."""
+    from scripts.compare_evals import main as compare
+
+    folder = tmp_path / "eval" / "m" / "math500"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps(_summary("m", "math500", 0.5, n=16)))
+    table = compare([str(tmp_path / "eval"), "--metric", "maj@8", "--paper"])
+    assert "| m | maj@8 | – |" in table
+    assert "| Oat-Zero-7B (paper) | greedy pass@1 | 43.3 | 62.7 | 80.0 | 30.1 | 41.0 | 51.4 |" in table
+    assert "- – m on math500: no maj@8: its summary has pass@1, maj@16 (n=16 samples" in table
+    assert capsys.readouterr().out == table

@@ -87,8 +87,10 @@ def test_report_values_and_agreement_with_the_training_reward(tiny_model_path, t
     from scripts.compare_evals import main as compare
 
     table = compare([str(tmp_path)]).splitlines()
-    assert table[0] == "| model (pass@1, %) | relabeled | sums | Avg. |"
-    assert table[2].startswith(f"| {tiny_model_path} | {100 * summary['pass@1']:.1f} | {100 * first['pass@1']:.1f} |")
+    assert table[0] == "| model | metric (%) | relabeled | sums | Avg. |"
+    assert table[2].startswith(
+        f"| {tiny_model_path} | pass@1 | {100 * summary['pass@1']:.1f} | {100 * first['pass@1']:.1f} |"
+    )
 
 
 def test_chat_template_and_recipe_defaults(tiny_model_path, tmp_path):
@@ -196,3 +198,39 @@ def test_checkpoint_generation_defaults_do_not_leak_into_greedy_decoding(tiny_mo
     with torch.inference_mode():
         penalised = backend.model.generate(input_ids=ids, max_new_tokens=12, do_sample=False, pad_token_id=0)
     assert tokenizer.decode(penalised[0, ids.shape[1] :], skip_special_tokens=True) != clean[0].text
+
+
+def test_ctrl_c_ends_with_one_line_saying_what_is_saved_and_how_to_resume(tiny_model_path, tmp_path):
+    """Ctrl-C in `make eval` (SIGINT to the evaluation): no KeyboardInterrupt traceback, one line with the samples
+    saved and the command to resume, exit status 130; rerunning it resumes."""
+    problems = [{"question": f"{a}+{b}=", "answer": str(a + b)} for a in range(4) for b in range(2)]
+    data = write_jsonl(tmp_path / "interrupt.jsonl", problems)
+    out = tmp_path / "interrupted"
+    argv = [
+        "--model_name_or_path", str(tiny_model_path), "--benchmark", str(data), "--n", "4", "--temperature", "1.0",
+        "--max_new_tokens", "10", "--seed", "7", "--output_dir", str(out), "--progress", "false", "--batch_size", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MAKELEVEL": "1"}
+    process = subprocess.Popen(
+        [PYTHON, "scripts/evaluate.py", *argv], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    samples = out / "samples.jsonl"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if samples.exists() and samples.read_bytes().count(b"\n") >= 3:
+                break
+            time.sleep(0.01)
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    stderr = stderr.decode()
+    saved = samples.read_bytes().count(b"\n")
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last == (
+        f"interrupted: {saved} of 32 samples are saved in {samples}; rerun the same make eval command to resume "
+        "(saved samples are not generated again)."
+    )
+    assert 3 <= saved < 32

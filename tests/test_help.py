@@ -6,6 +6,7 @@ import dataclasses
 import re
 
 import pytest
+from conftest import ROOT
 from trl import GRPOConfig
 
 from drgrpo.algorithm.config import DrGRPOConfig
@@ -32,7 +33,7 @@ def keys_by_group(text: str) -> dict[str, list[str]]:
             current = line[:-1]
             groups[current] = []
         match = re.match(r"  --(\w+)", line)
-        if match and current is not None:
+        if match and current is not None and not current.startswith("before training"):  # the flags above the keys
             groups[current].append(match.group(1))
     return groups
 
@@ -49,6 +50,21 @@ def test_help_groups_in_order_with_dr_grpo_first(capsys):
     assert groups["end-of-answer tokens"] == ["extra_eos_tokens"]
     assert "learning_rate" in groups["training loop (transformers TrainingArguments)"]  # TRL re-declares it
     assert "usage: python scripts/train.py RECIPE.yaml" in text and "--help-all lists every key" in text
+
+
+def test_help_starts_with_what_to_run_before_training(capsys):
+    """`--explain`, `--show_prompts` and `--traceback` are handled outside the parser; --help names them first."""
+    for flag in ("--help", "--help-all"):
+        text = help_text(capsys, flag)
+        top = text[: text.index("options:")]
+        assert all(name in top for name in ("--explain", "--show_prompts N", "--traceback", "scripts/plan.py")), top
+        assert max(len(line) for line in top.splitlines()[2:]) <= 80  # readable on an 80-column terminal
+
+
+def test_docs_give_no_line_counts_of_the_help(capsys):
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text[text.index("## `--help`") :].split("\n## ")[0]
+    assert " lines)" not in section and "about 400" not in section and "1,200" not in section
 
 
 def test_help_all_lists_every_key_once(capsys):

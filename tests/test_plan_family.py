@@ -23,6 +23,24 @@ def test_rounds_needed_by_hand():
     assert "at most 4 rounds = 4096 completions generated per rollout (4x" in lines[3]
 
 
+def test_planner_says_when_the_rounds_cannot_fill_the_batch_and_what_happens_then():
+    """`make plan` with dynamic sampling: at 90% all-equal groups 10 rounds are needed, 4 allowed; the plan says so,
+    how much of the batch the 4 rounds fill, and that the rest is padded (it used to say "90% -> 4 round(s)")."""
+    text = format_report(plan_recipe(RECIPE, overrides=["--dynamic_sampling", "true"]))
+    assert "90% -> 4 round(s) (10 needed to fill the batch)" in text and "75% -> 4 round(s)," in text
+    assert (
+        "at 90% all-equal groups, 4 rounds (dynamic_sampling_max_rounds) fill only 40% of the batch with groups "
+        "that carry signal: the rest is padded with all-equal groups (advantage 0: no policy signal), or the run "
+        "stops, with dynamic_sampling_exhausted: raise (dynamic_sampling_max_rounds 10 fills it)"
+    ) in text
+    assert "at 75% all-equal" not in text  # 4 rounds fill it at 75%
+    batch, _ = batch_plan(8, 16, 8, 8)
+    stops = dynamic_sampling_lines(dynamic_sampling_plan(batch, max_rounds=2, exhausted="raise"))
+    assert any("fill only 50% of the batch" in line and "the run stops with an error" in line for line in stops)
+    pads = dynamic_sampling_lines(dynamic_sampling_plan(batch, max_rounds=2, exhausted="pad"))
+    assert any("or the run stops, with dynamic_sampling_exhausted: raise" in line for line in pads)
+
+
 def test_plan_report_shows_dynamic_sampling_and_the_reference_model():
     plain = plan_recipe(RECIPE)
     assert plain.dynamic_sampling is None and "Dynamic sampling" not in format_report(plain)

@@ -110,11 +110,33 @@ def test_plot_script_writes_a_png_with_every_panel(tmp_path):
     assert width > 1500 and height > 600  # 2 rows x 4 panels at a readable size
     assert {panel.title for panel in PANELS} >= {"Entropy", "Learning rate", "Clip fraction", "KL to the reference"}
 
+    assert "GRPO: the KL panel shows none logged (beta = 0 and kl_in_reward_coef = 0: no KL)" in result.stdout
+
     missing = subprocess.run(
         [PYTHON, "scripts/plot.py", str(tmp_path / "nothing"), "--output", str(output)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode == 2 and "No trainer_state.json" in missing.stderr
+
+
+def test_plot_shows_and_names_the_kl_the_run_used(tmp_path):
+    """A KL-in-reward run (beta = 0) logs kl_in_reward/sequence_kl_mean, not TRL's `kl`: the panel draws it and
+    `make plot` says which KL it is (it used to say "KL not logged: beta = 0")."""
+    in_reward = [entry | {d.KL_IN_REWARD: 0.01 * entry["step"]} for entry in fake_history(6, 0.05, 3.0)[:-1]]
+    in_loss = [entry | {"kl": 0.002 * entry["step"]} for entry in fake_history(6, 0.05, 3.0)[:-1]]
+    runs = [write_run(tmp_path / "kl_in_reward", in_reward), write_run(tmp_path / "beta", in_loss)]
+    result = subprocess.run(
+        [PYTHON, "scripts/plot.py", *map(str, runs), "--output", str(tmp_path / "curves.png")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (
+        "kl_in_reward: the KL panel shows KL in the reward (per completion, summed) (kl_in_reward/sequence_kl_mean)"
+        in result.stdout
+    )
+    assert "beta: the KL panel shows beta's KL in the loss (k3, per token) (kl)" in result.stdout
+    panel = next(panel for panel in PANELS if panel.title == "KL to the reference")
+    assert [key for key, _ in panel.series] == ["kl", d.KL_IN_REWARD]
 
 
 # --- comparison summary --------------------------------------------------------------------------------------------

@@ -102,3 +102,54 @@ def test_score_script_reports_truncated_rows(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "accuracy: mean 0.3333" in printed
     assert "2 truncated rows (counted wrong): 0 scored 1.0" in printed
+
+
+def run_score(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
+    """`python scripts/score.py ARGV` in this process: (exit status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["score.py", *argv])
+    code = 0
+    try:
+        runpy.run_path(str(ROOT / "scripts" / "score.py"), run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_score_without_input_is_a_short_usage_line(monkeypatch, capsys):
+    """`make score` without SCORE_INPUT: one line with make's usage (was argparse's usage of every option)."""
+    monkeypatch.setenv("MAKELEVEL", "1")
+    code, _, err = run_score(monkeypatch, capsys, "--reward_funcs", "accuracy")
+    assert code == 2 and len(err.strip().splitlines()) <= 3 and "usage:" not in err, err
+    assert err.startswith("error: No input file to score. Usage: make score SCORE_INPUT=samples.jsonl")
+    monkeypatch.delenv("MAKELEVEL")
+    _, _, err = run_score(monkeypatch, capsys, "--reward_funcs", "accuracy")
+    assert "Usage: python scripts/score.py --input samples.jsonl" in err
+
+
+def test_score_code_rewards_read_the_tests_column_and_count_timeouts_and_crashes(tmp_path, monkeypatch, capsys):
+    """`make score SCORE_REWARDS="code code_format"` on rows with a tests column and no `answer` column: scored,
+    with the programs that timed out or crashed counted and listed (they score 0, not None)."""
+    from test_code_rewards import code_reward_or_skip
+
+    code_reward_or_skip(RewardArguments(code_num_workers=1))  # skips where the kernel refuses namespaces
+    tests = [{"input": "2\n", "output": "4\n"}]
+    programs = [
+        "```python\nprint(int(input()) * 2)\n```",
+        "```python\nimport time\ntime.sleep(60)\n```",
+        "```python\nraise ValueError\n```",
+    ]
+    path = tmp_path / "programs.jsonl"
+    path.write_text("".join(json.dumps({"completion": p, "verification_info": tests}) + "\n" for p in programs))
+    code, out, err = run_score(
+        monkeypatch, capsys, "--input", str(path), "--reward_funcs", "code", "code_format",
+        "--code_timeout", "1", "--code_num_workers", "1",
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"3 rows from {path} (gold column 'verification_info')" in out
+    assert (
+        "code: 1 test runs timed out, 1 crashed (error exit, signal or output over the limit), 0 failed in the " in out
+    )
+    assert "0 rows scored None or failed." in out
+    assert "2 rows whose program timed out or crashed first (scored as failed tests, not None):" in out
+    assert "'0/1 passed (first: timeout)'" in out and "'0/1 passed (first: crash)'" in out

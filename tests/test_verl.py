@@ -4,13 +4,17 @@ planner accepts; Hydra YAML input, DAPO/KL/RLOO keys, and keys that cannot be ma
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 from conftest import PYTHON, ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from drgrpo.planning import plan_recipe
-from drgrpo.recipe.verl import convert_verl, format_recipe, read_verl_config
+from drgrpo.planning import batch_plan, plan_recipe
+from drgrpo.recipe.verl import convert_verl, format_recipe
+from drgrpo.recipe.verl_config import read_verl_config
 
 VERL_EXAMPLE = ROOT / "recipes/verl/qwen2.5_math_1.5b_drgrpo.sh"
 CONVERTED = ROOT / "recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml"
@@ -32,6 +36,7 @@ EXPECTED = {
     "gradient_accumulation_steps": 1,
     "steps_per_generation": 8,
     "learning_rate": 1e-6,
+    "lr_scheduler_type": "constant",  # verl's default warmup_style (transformers' default is linear decay)
     "weight_decay": 0.0,
     "max_grad_norm": 1.0,
     "num_train_epochs": 1,
@@ -117,9 +122,10 @@ trainer: {n_gpus_per_node: 4, nnodes: 2, save_freq: -1}
 """
     )
     conversion = convert_verl(read_verl_config(config))
-    recipe, unmapped = conversion.recipe, conversion.unmapped
+    recipe, unmapped, lossy = conversion.recipe, conversion.unmapped, conversion.lossy
+    assert conversion.invalid == []
     assert recipe["scale_rewards"] == "group" and recipe["advantage_epsilon"] == 1e-6
-    assert recipe["beta"] == 0.01 and "kl_loss_type" in " ".join(unmapped)
+    assert recipe["beta"] == 0.01 and "k3 only" in lossy["actor_rollout_ref.actor.kl_loss_type"]
     assert (recipe["kl_in_reward_coef"], recipe["kl_estimator"]) == (0.002, "low_var_kl")
     assert (recipe["dynamic_sampling"], recipe["dynamic_sampling_max_rounds"]) == (True, 10)
     assert recipe["dynamic_sampling_exhausted"] == "raise"  # verl raises when the rounds are spent
@@ -130,12 +136,13 @@ trainer: {n_gpus_per_node: 4, nnodes: 2, save_freq: -1}
     assert recipe["steps_per_generation"] == 16
     assert recipe["reward_funcs"] == ["accuracy", "overlong"] and recipe["overlong_buffer_length"] == 128
     assert recipe["save_strategy"] == "no"
-    assert "loss_type" not in recipe and "seq-mean-token-sum" in unmapped["actor_rollout_ref.actor.loss_agg_mode"]
-    assert "adaptive" in unmapped["algorithm.kl_ctrl.type"]
+    # What the recipe cannot keep is refused (lossy), infrastructure is only listed (unmapped).
+    assert "loss_type" not in recipe and "seq-mean-token-sum" in lossy["actor_rollout_ref.actor.loss_agg_mode"]
+    assert "adaptive" in lossy["algorithm.kl_ctrl.type"]
+    assert "dataset_mixture" in lossy["data.train_files"]
+    assert "cannot resolve" in lossy["actor_rollout_ref.actor.optim.lr"] and "learning_rate" not in recipe
     assert "sglang" in unmapped["actor_rollout_ref.rollout.name"]
-    assert "dataset_mixture" in unmapped["data.train_files"]
-    assert "cannot resolve" in unmapped["actor_rollout_ref.actor.optim.lr"] and "learning_rate" not in recipe
-    assert "defaults" not in unmapped
+    assert "defaults" not in unmapped and "defaults" not in lossy
 
 
 def test_launch_script_values(tmp_path):
@@ -156,3 +163,129 @@ def test_launch_script_values(tmp_path):
     with pytest.raises(ValueError, match="found no verl `key=value` overrides"):
         (tmp_path / "empty.sh").write_text("echo hello\n")
         read_verl_config(tmp_path / "empty.sh")
+
+
+# --- what verl refuses, and what cannot be carried over, as a user meets it (issue 25) ------------------------------
+def from_verl(tmp_path, overrides: str, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """`python scripts/from_verl.py run.sh -o recipe.yaml` on a launch script with these overrides."""
+    script = tmp_path / "run.sh"
+    script.write_text(f"python3 -m verl.trainer.main_ppo {overrides}\n")
+    output = tmp_path / "recipe.yaml"
+    result = subprocess.run(
+        [PYTHON, "scripts/from_verl.py", str(script), "-o", str(output), *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, output
+
+
+GOOD = (
+    "algorithm.adv_estimator=grpo data.train_batch_size=64 actor_rollout_ref.actor.ppo_mini_batch_size=16 "
+    "actor_rollout_ref.rollout.n=8 actor_rollout_ref.actor.optim.lr=1e-6 trainer.n_gpus_per_node=8"
+)
+
+
+def refused(result: subprocess.CompletedProcess, output: Path) -> str:
+    """The stderr of a refusal, after checking its shape: status 2, at most 3 lines, no traceback, nothing written."""
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 3, result.stderr
+    assert "Traceback" not in result.stderr and not output.exists()
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        # verl's own checks
+        ("actor_rollout_ref.actor.ppo_mini_batch_size=128", "ppo_mini_batch_size=128 is larger than data.train_"),
+        ("actor_rollout_ref.rollout.n=1", "rollout.n=1: grpo compares each completion"),
+        ("trainer.n_gpus_per_node=3", "do not split over 3 GPUs"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5", "not a multiple of actor_rollout_ref.actor.ppo_mic"),
+        ("actor_rollout_ref.actor.optim.lr=fast", "optim.lr='fast': verl reads it as a number"),
+        ("data.train_batch_size=0", "data.train_batch_size=0: it counts something, so verl needs 1 or more"),
+        ("algorithm.adv_estimator=gae", "adv_estimator=gae: PPO with a learned value function (a critic)"),
+        ("algorithm.adv_estimator=reinforce_plus_plus", "this trainer implements the group estimators grpo and rloo"),
+        # what a recipe cannot carry over faithfully
+        ("actor_rollout_ref.actor.optm.lr=1e-6", "did you mean actor_rollout_ref.actor.optim.lr?"),
+        ("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum", "has no TRL loss_type"),
+        ("data.train_batch_size=40", "40 prompts per rollout are not a whole number of updates of 16"),
+        ("actor_rollout_ref.actor.optim.warmup_style=linear", "verl's schedules are constant and cosine"),
+        ("data.train_batch_size=$BATCH", "$BATCH: an interpolation or shell variable this converter cannot resolve"),
+        ("trainer.n_gpus_per_node=${oc.env:GPUS}", "cannot resolve; set the value by hand"),
+    ],
+)
+def test_from_verl_refuses_with_one_line_naming_the_key(tmp_path, change, expected):
+    key = change.split("=")[0]
+    overrides = " ".join(token for token in GOOD.split() if not token.startswith(key + "=")) + " " + change
+    stderr = refused(*from_verl(tmp_path, overrides))
+    assert stderr.startswith("error: ") and expected in stderr
+    assert "nothing written" in stderr
+
+
+def test_from_verl_refuses_the_default_estimator_gae(tmp_path):
+    overrides = " ".join(token for token in GOOD.split() if "adv_estimator" not in token)
+    assert "algorithm.adv_estimator=gae (not set: verl's default)" in refused(*from_verl(tmp_path, overrides))
+
+
+def test_allow_lossy_writes_the_recipe_with_the_refusals_listed_as_not_faithful(tmp_path):
+    result, output = from_verl(tmp_path, GOOD + " actor_rollout_ref.actor.optm.lr=1e-5", "--allow_lossy")
+    assert result.returncode == 0, result.stderr
+    assert "warning: not faithful (--allow_lossy): actor_rollout_ref.actor.optm.lr" in result.stderr
+    text = output.read_text()
+    assert "# NOT FAITHFUL to the verl run" in text and "did you mean actor_rollout_ref.actor.optim.lr?" in text
+    assert yaml.safe_load(text)["learning_rate"] == 1e-6  # the correctly spelt key's value, not the misspelt one's
+    # --allow_lossy never overrides what verl itself refuses.
+    (tmp_path / "again").mkdir()
+    result, output = from_verl(tmp_path / "again", GOOD + " actor_rollout_ref.rollout.n=1", "--allow_lossy")
+    assert "rollout.n=1" in refused(result, output)
+
+
+def test_missing_keys_take_verl_defaults_not_the_recipes(tmp_path):
+    result, output = from_verl(tmp_path, "algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=8")
+    assert result.returncode == 0, result.stderr
+    recipe = yaml.safe_load(output.read_text())
+    # verl: 1024 prompts per rollout, 256 per update, 512-token responses, weight decay 0.01, 30 epochs, no saving,
+    # constant learning rate (TRL's defaults: 256 tokens, 0.0, 3 epochs, saving every 500 steps, linear decay).
+    assert (recipe["per_device_train_batch_size"], recipe["gradient_accumulation_steps"]) == (256, 1)
+    assert recipe["steps_per_generation"] == 4
+    assert (recipe["max_completion_length"], recipe["weight_decay"], recipe["num_train_epochs"]) == (512, 0.01, 30)
+    assert (recipe["save_strategy"], recipe["lr_scheduler_type"]) == ("no", "constant")
+    assert "data.train_batch_size is not set: verl's default 1024 is used" in output.read_text()
+
+
+@given(
+    rollout=st.integers(1, 64),
+    update=st.integers(1, 64),
+    n=st.integers(1, 9),
+    gpus=st.integers(1, 8),
+    nodes=st.integers(1, 2),
+    micro=st.one_of(st.none(), st.integers(1, 8)),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_converted_config_never_gives_a_schedule_the_planner_crashes_on(rollout, update, n, gpus, nodes, micro):
+    flat = {
+        "algorithm.adv_estimator": "grpo",
+        "data.train_batch_size": rollout,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": update,
+        "actor_rollout_ref.rollout.n": n,
+        "trainer.n_gpus_per_node": gpus,
+        "trainer.nnodes": nodes,
+    }
+    if micro is not None:
+        flat["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = micro
+    conversion = convert_verl(flat)
+    if conversion.invalid:
+        return
+    recipe = conversion.recipe
+    plan, findings = batch_plan(
+        conversion.world_size,
+        recipe["per_device_train_batch_size"],
+        recipe["gradient_accumulation_steps"],
+        recipe["num_generations"],
+        steps_per_generation=recipe.get("steps_per_generation"),
+    )
+    if not conversion.lossy:  # a faithful conversion is one TRL starts with: whole groups in every rollout
+        assert plan is not None and findings == [], findings
+        assert plan.completions_per_round == rollout * n and plan.completions_per_step == update * n

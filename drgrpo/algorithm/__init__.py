@@ -5,6 +5,7 @@ May import: `drgrpo.core`, `rewards`, `drgrpo.data`, `drgrpo.observe` (and torch
 `drgrpo.recipe`, because the trainer needs it and it is built from the family, eos and diagnostics keys below it.
 
 Modules, each importing only the ones listed before it:
+- `schedule_keys`: the ranges of the batch and schedule keys (zero, negative, fractional refused), one check for all;
 - `advantages`: `group_advantages` (GRPO / Dr.GRPO / leave-one-out) and reward combination, pure functions;
 - `kl`: KL to the reference policy as a penalty in the reward (verl's estimators);
 - `eos`: `EosArguments`, extra end-of-answer tokens for TRL, vLLM and transformers;

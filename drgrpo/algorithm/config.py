@@ -14,6 +14,7 @@ from trl import GRPOConfig
 
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
+from drgrpo.algorithm.schedule_keys import SCHEDULE_KEYS, check_schedule_values
 from drgrpo.observe.diagnostics import DiagnosticsArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -107,12 +108,9 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, GRPOConf
             # TRL turns an unset bf16 into True, which transformers refuses on a machine without a bf16 GPU (unless
             # use_cpu is set). Unset there means fp32, so the config can be built and inspected anywhere.
             self.bf16 = False
-        if self.num_generations is not None and self.num_generations < 2:
-            raise ValueError(
-                f"num_generations={self.num_generations}: GRPO needs at least 2 completions per prompt. The advantage "
-                "compares each completion with its siblings; a group of one has no baseline and carries no learning "
-                "signal. Set num_generations to 8 or more (papers use 8-64)."
-            )
+        # Zero, negative or fractional batch and schedule keys (drgrpo/algorithm/schedule_keys.py; recipes are
+        # checked there before parsing, with their file's name): TRL's __post_init__ would divide by them.
+        check_schedule_values({key: getattr(self, key) for key in SCHEDULE_KEYS if hasattr(self, key)}, "config")
         if self.advantage_std_ddof not in (0, 1):
             raise ValueError(f"advantage_std_ddof must be 0 or 1, got {self.advantage_std_ddof}.")
         if self.advantage_epsilon < 0:

@@ -82,8 +82,6 @@ class FamilyArguments:
             )
         if self.kl_in_reward_coef < 0:
             raise ValueError(f"kl_in_reward_coef must be >= 0 (0 turns it off), got {self.kl_in_reward_coef}.")
-        if self.dynamic_sampling_max_rounds < 1:
-            raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
         if self.dynamic_sampling_exhausted not in EXHAUSTED_CHOICES:
             raise ValueError(
                 f"dynamic_sampling_exhausted={self.dynamic_sampling_exhausted!r} is not one of "

@@ -27,6 +27,7 @@ PROJECT_DIRS = tuple(str(ROOT / name) + os.sep for name in ("drgrpo", "rewards",
 TRACEBACK_FLAG = "--traceback"
 DEBUG_ENV = "DRGRPO_DEBUG"
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
 
 class RecipeError(ValueError):
@@ -65,9 +66,17 @@ def debug_requested(argv: list[str], environ: Mapping[str, str] = os.environ) ->
     return TRACEBACK_FLAG in argv or environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
+def command_flag(flag: str) -> str:
+    """A command-line fix as the user has to type it: `--overwrite true`, or `ARGS="--overwrite true"` when the
+    script runs under `make` (GNU make sets MAKELEVEL for the commands of its recipes)."""
+    return f'ARGS="{flag}"' if os.environ.get("MAKELEVEL") else flag
+
+
 def run_main(main: Callable[[], object]) -> None:
     """Run a script's `main()` and exit with its status when it returns an int (`sys.exit(main())`); any other
     return value (None, `evaluate.py`'s summary) means success and returns. A user error prints two lines, status 2.
+    Ctrl-C prints one line, status 130: `interrupted: ` and the KeyboardInterrupt's message when the script gave one
+    (what is saved, how to resume), instead of a traceback of wherever Python happened to be.
 
     `--traceback` is removed from `sys.argv` before `main` parses it.
     """
@@ -75,6 +84,11 @@ def run_main(main: Callable[[], object]) -> None:
     sys.argv = [arg for arg in sys.argv if arg != TRACEBACK_FLAG]
     try:
         status = main()
+    except KeyboardInterrupt as interrupt:
+        if debug:
+            raise
+        print(f"interrupted: {interrupt}" if str(interrupt) else "interrupted (Ctrl-C).", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as error:
         if debug or not is_user_error(error):
             raise

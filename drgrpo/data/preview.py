@@ -6,6 +6,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from drgrpo.core.models import load_pretrained
 from drgrpo.data.arguments import DataArguments
 from drgrpo.data.pipeline import load_prompt_dataset
 from drgrpo.data.templates import prompt_text, prompt_token_ids
@@ -43,7 +44,8 @@ def preview_prompts(
 
     if not model_name_or_path:
         raise ValueError("show_prompts needs the model's tokenizer: set model_name_or_path.")
-    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path, revision=revision)
+    # Once, from the cache first: a model that cannot be had is one line naming it, with no retries offline.
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_name_or_path, revision)
     train, _ = load_prompt_dataset(args, seed=seed, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
     header = (
         f"prompt_template={args.prompt_template!r}, chat_template_kwargs={chat_template_kwargs or {}}, "

@@ -122,38 +122,83 @@ def _benchmark_sort_key(name: str) -> tuple[int, str]:
     return (BENCHMARK_ORDER.index(name), name) if name in BENCHMARK_ORDER else (len(BENCHMARK_ORDER), name)
 
 
-def comparison_table(summaries: Sequence[dict], metric: str = "pass@1", references: dict | None = None) -> str:
-    """One markdown table, models as rows and benchmarks as columns (like the Dr.GRPO paper's Table 4), in percent.
+def _why_missing(summary: dict, metric: str) -> str:
+    """Why a summary has no `metric`: the metrics it has, and the sample count that decides them."""
+    has = [key for key in summary if key.startswith(("pass@", "maj@"))]
+    n = summary.get("n")
+    why = f"its summary has {', '.join(has) or 'no metric'}"
+    if n is not None and metric.startswith(("maj@", "pass@")) and metric != "pass@1":
+        k = metric.split("@", 1)[1]
+        rule = "maj@k is reported at k = n" if metric.startswith("maj@") else "pass@k needs k <= n"
+        why += f" (n={n} samples: {rule}; rerun with N={k}, or pick one of those with --metric)"
+    return why
 
-    `references` adds rows of published numbers ({row label: {benchmark: percent}}). The average is over the row's
-    benchmarks only when it has all of the table's columns ("–" otherwise, rather than an average of a subset).
+
+def comparison_table(
+    summaries: Sequence[dict],
+    metric: str = "pass@1",
+    references: dict | None = None,
+    reference_metric: str = "greedy pass@1",
+) -> str:
+    """One markdown table, models as rows and benchmarks as columns (like the Dr.GRPO paper's Table 4), in percent,
+    each row labelled with its metric; a note under the table for every empty cell says why it is empty.
+
+    `references` adds rows of published numbers ({row label: {benchmark: percent}}) measured with `reference_metric`
+    (the paper's Table 4: greedy pass@1), labelled as such whatever `metric` the runs are shown in. The average is
+    over the row's benchmarks only when it has all of the table's columns ("–" otherwise, rather than an average of
+    a subset).
     """
     cells: dict[str, dict[str, float | None]] = {}
+    row_metric: dict[str, str] = {}
+    missing: dict[tuple[str, str], str] = {}
     for summary in summaries:
         row = cells.setdefault(summary["model"], {})
+        row_metric[summary["model"]] = metric
         if summary["benchmark"] in row:
             raise ValueError(f"Two evaluations of {summary['model']} on {summary['benchmark']}; pass only one.")
         value = summary.get(metric)
         row[summary["benchmark"]] = None if value is None else 100 * value
+        if value is None:
+            missing[(summary["model"], summary["benchmark"])] = _why_missing(summary, metric)
     for label, values in (references or {}).items():
         cells[label] = dict(values)
+        row_metric[label] = reference_metric
     benchmarks = sorted({b for row in cells.values() for b in row}, key=_benchmark_sort_key)
     if not benchmarks:
         raise ValueError("No evaluation summaries to compare.")
     titles = [PRESETS[b].title if b in PRESETS else b for b in benchmarks]
     lines = [
-        f"| model ({metric}, %) | " + " | ".join(titles) + " | Avg. |",
-        "|---|" + "---:|" * (len(benchmarks) + 1),
+        "| model | metric (%) | " + " | ".join(titles) + " | Avg. |",
+        "|---|---|" + "---:|" * (len(benchmarks) + 1),
     ]
     for label, row in cells.items():
         values = [row.get(b) for b in benchmarks]
         average = sum(values) / len(values) if all(v is not None for v in values) else None
         lines.append(
-            f"| {label} | "
+            f"| {label} | {row_metric[label]} | "
             + " | ".join("–" if v is None else f"{v:.1f}" for v in values)
             + f" | {'–' if average is None else f'{average:.1f}'} |"
         )
-    return "\n".join(lines) + "\n"
+    notes = []
+    for label, row in cells.items():
+        for benchmark in benchmarks:
+            if row.get(benchmark) is not None:
+                continue
+            if (label, benchmark) in missing:
+                why = f"no {metric}: {missing[(label, benchmark)]}"
+            elif label in (references or {}):
+                why = "not in the published table"
+            else:
+                why = "not evaluated on it"
+            notes.append(f"- – {label} on {benchmark}: {why}.")
+    if references and metric != reference_metric:
+        notes.append(
+            f"- the published rows are {reference_metric} whatever --metric; compare them with --metric pass@1 of "
+            "greedy (N=1) runs."
+        )
+    if any("–" in line.rsplit("|", 2)[-2] for line in lines[2:]):
+        notes.append("- Avg. is – where a row lacks one of the benchmarks (no average of a subset).")
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def find_summaries(paths: Sequence[str | Path]) -> list[dict]:

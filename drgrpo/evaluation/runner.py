@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from drgrpo.algorithm.eos import extra_eos_token_ids
+from drgrpo.core.errors import command_flag
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
@@ -253,7 +254,8 @@ def read_samples(path: Path) -> list[dict]:
             except json.JSONDecodeError as error:
                 line_number = raw.count(b"\n", 0, start) + 1
                 raise ValueError(
-                    f"{path}: line {line_number} is not JSON ({error}); delete the file or rerun with --overwrite true."
+                    f"{path}: line {line_number} is not JSON ({error}); delete the file or rerun with "
+                    f"{command_flag('--overwrite true')}."
                 ) from error
         good_end = start = end + 1
     if good_end < len(raw):
@@ -274,11 +276,13 @@ def _check_config(output_dir: Path, config: dict, overwrite: bool) -> None:
         if changed:
             details = "; ".join(f"{k}: {previous.get(k)!r} -> {config.get(k)!r}" for k in changed)
             raise ValueError(
-                f"{output_dir} holds an evaluation with other settings ({details}). Use another --output_dir, "
-                "or --overwrite true to start again."
+                f"{output_dir} holds an evaluation with other settings ({details}). Use another output folder "
+                f"({command_flag('--output_dir DIR')}), or {command_flag('--overwrite true')} to start again."
             )
     elif (output_dir / SAMPLES_FILE).exists():
-        raise ValueError(f"{output_dir / SAMPLES_FILE} exists without {CONFIG_FILE}; use --overwrite true.")
+        raise ValueError(
+            f"{output_dir / SAMPLES_FILE} exists without {CONFIG_FILE}; use {command_flag('--overwrite true')}."
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     config_path.write_text(json.dumps(config, indent=2) + "\n")
 
@@ -332,12 +336,22 @@ def run_evaluation(args: EvalArguments) -> dict:
     if done:
         logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
     if pending:
-        _generate_and_write(args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode)
+        try:
+            _generate_and_write(
+                args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+            )
+        except KeyboardInterrupt:
+            saved = len(read_samples(samples_path))
+            again = "the same make eval command" if os.environ.get("MAKELEVEL") else "the same command"
+            raise KeyboardInterrupt(
+                f"{saved} of {total} samples are saved in {samples_path}; rerun {again} to resume (saved samples are "
+                "not generated again)."
+            ) from None
 
     rows = read_samples(samples_path)
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
     if len(keys) != len(set(keys)):
-        raise ValueError(f"{samples_path} has duplicate samples; rerun with --overwrite true.")
+        raise ValueError(f"{samples_path} has duplicate samples; rerun with {command_flag('--overwrite true')}.")
     summary = {
         **config,
         "backend": backend_name,

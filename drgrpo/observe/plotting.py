@@ -16,6 +16,11 @@ from drgrpo.core.checkpoints import checkpoint_step
 from drgrpo.observe import metric_names as d
 
 TRAINER_STATE = "trainer_state.json"
+# The two KLs a run may use: TRL's in the loss (beta > 0), ours folded into the reward (kl_in_reward_coef > 0).
+KL_LABELS = {
+    d.TRL_KL: "beta's KL in the loss (k3, per token)",
+    d.KL_IN_REWARD: "KL in the reward (per completion, summed)",
+}
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,12 @@ PANELS: tuple[Panel, ...] = (
         ((d.GROUPS_ALL_CORRECT, "all correct"), (d.GROUPS_ALL_WRONG, "all wrong"), (d.TRL_ZERO_STD_SHARE, "total")),
     ),
     Panel("Entropy", "nats per token", ((d.TRL_ENTROPY, "entropy"),)),
-    Panel("KL to the reference", "k3 estimate per token", ((d.TRL_KL, "KL"),), "not logged: beta = 0 (no KL term)"),
+    Panel(
+        "KL to the reference",
+        "KL estimate (which: see the legend)",
+        ((d.TRL_KL, KL_LABELS[d.TRL_KL]), (d.KL_IN_REWARD, KL_LABELS[d.KL_IN_REWARD])),
+        "not logged: no KL (beta = 0 and kl_in_reward_coef = 0)",
+    ),
     Panel("Clip fraction", "share of tokens", ((d.TRL_CLIP_FRACTION, "clipped"),)),
     Panel("Truncated completions", "share of completions", ((d.TRUNCATION_RATE, "truncated"),)),
     Panel("Learning rate", "lr", ((d.LEARNING_RATE, "lr"),)),
@@ -92,6 +102,12 @@ def metric_series(history: Sequence[Mapping], key: str) -> tuple[list[int], list
             by_step[int(entry["step"])] = float(value)
     steps = sorted(by_step)
     return steps, [by_step[step] for step in steps]
+
+
+def kl_shown(history: Sequence[Mapping]) -> str:
+    """Which KL a run logged, as the KL panel shows it: beta's KL in the loss, the KL in the reward, both or none."""
+    logged = [f"{KL_LABELS[key]} ({key})" for key in KL_LABELS if metric_series(history, key)[0]]
+    return " and ".join(logged) if logged else "none logged (beta = 0 and kl_in_reward_coef = 0: no KL)"
 
 
 def moving_average(values: Sequence[float], window: int) -> list[float]:

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from drgrpo.algorithm.schedule_keys import check_schedule_values
+from drgrpo.core.errors import RecipeError
 from drgrpo.planning.findings import Finding
 from drgrpo.recipe.batch_rules import generation_batch_fix, nearest_per_device
 
@@ -20,6 +22,16 @@ class BatchPlan:
     steps_per_generation: int
     num_generations: int
     num_iterations: int
+
+    def __post_init__(self) -> None:
+        check_schedule_keys(
+            self.world_size,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            steps_per_generation=self.steps_per_generation,
+            num_generations=self.num_generations,
+            num_iterations=self.num_iterations,
+        )
 
     @property
     def completions_per_step(self) -> int:
@@ -46,6 +58,14 @@ class BatchPlan:
         return Fraction(self.steps_per_generation * self.num_iterations, self.gradient_accumulation_steps)
 
 
+def check_schedule_keys(world_size: int, **values: int | None) -> None:
+    """The one range check of the schedule keys (`drgrpo.algorithm.schedule_keys`) for the planner's library, plus
+    the world size: a `RecipeError` naming the key instead of a `ZeroDivisionError` later."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise RecipeError(f"world size {world_size!r}: it takes a whole number of processes, 1 or more.")
+    check_schedule_values(values, "batch plan")
+
+
 def batch_plan(
     world_size: int,
     per_device_train_batch_size: int,
@@ -61,17 +81,16 @@ def batch_plan(
     `steps_per_generation` / `generation_batch_size` are the values the recipe itself set (None: unset). Returns the
     plan (None when TRL would refuse to start) and the batch findings.
     """
+    check_schedule_keys(
+        world_size,
+        per_device_train_batch_size=per_device_train_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        steps_per_generation=steps_per_generation,
+        generation_batch_size=generation_batch_size,
+        num_generations=num_generations,
+        num_iterations=num_iterations,
+    )
     findings: list[Finding] = []
-    if num_generations < 2:
-        findings.append(
-            Finding(
-                "error",
-                "num_generations",
-                f"num_generations={num_generations}: a group of one has no baseline and carries no learning signal.",
-                "set num_generations to 8 or more (papers use 8-64).",
-            )
-        )
-        return None, findings
     local = per_device_train_batch_size * world_size
     if generation_batch_size is not None and steps_per_generation is not None:
         findings.append(

@@ -21,34 +21,72 @@ class DynamicSamplingPlan:
     prompts_per_round: int
     completions_per_round: int
     max_rounds: int
+    # What the trainer does with a batch the rounds cannot fill: "pad" (all-equal groups, advantage 0) or "raise"
+    # (the run stops); None where the config has no `dynamic_sampling_exhausted` key (it pads).
+    exhausted: str | None = None
+
+    def rounds_to_fill(self, equal_share: float) -> float:
+        """Rounds that fill the batch when a share `equal_share` of groups is all-equal (dropped): each round keeps
+        (1 - share) of its groups, so ceil(1 / (1 - share)) rounds (infinite when every group is all-equal)."""
+        if equal_share >= 1:
+            return math.inf
+        return math.ceil(1 / (1 - equal_share) - 1e-9)
 
     def rounds_needed(self, equal_share: float) -> int:
-        """Rounds to fill the batch when a share `equal_share` of groups is all-equal (dropped): each round keeps
-        (1 - share) of its groups, so ceil(1 / (1 - share)) rounds, at most `max_rounds`."""
-        if equal_share >= 1:
-            return self.max_rounds
-        return min(self.max_rounds, math.ceil(1 / (1 - equal_share) - 1e-9))
+        """`rounds_to_fill`, at most `max_rounds` (the rounds actually generated)."""
+        return int(min(self.max_rounds, self.rounds_to_fill(equal_share)))
+
+    def signal_share(self, equal_share: float) -> float:
+        """The share of the batch filled with groups that carry signal after the rounds run (1.0 when they fill it):
+        `max_rounds` x (1 - share), at most 1."""
+        return min(1.0, self.max_rounds * (1 - equal_share))
 
 
-def dynamic_sampling_plan(batch: BatchPlan, max_rounds: int) -> DynamicSamplingPlan:
+def dynamic_sampling_plan(batch: BatchPlan, max_rounds: int, exhausted: str | None = None) -> DynamicSamplingPlan:
     return DynamicSamplingPlan(
         prompts_per_round=int(batch.prompts_per_round),
         completions_per_round=batch.completions_per_round,
         max_rounds=max_rounds,
+        exhausted=exhausted,
     )
 
 
+def _short_batch(plan: DynamicSamplingPlan) -> str:
+    """What the trainer does when the rounds run out before the batch is full."""
+    if plan.exhausted == "raise":
+        return "the run stops with an error (dynamic_sampling_exhausted: raise)"
+    padded = "the rest is padded with all-equal groups (advantage 0: no policy signal)"
+    if plan.exhausted == "pad":
+        return padded + ", or the run stops, with dynamic_sampling_exhausted: raise"
+    return padded
+
+
 def dynamic_sampling_lines(plan: DynamicSamplingPlan) -> list[str]:
-    """The report's lines: generation per rollout at several shares of all-equal groups, and the worst case."""
-    costs = ", ".join(f"{share:.0%} -> {plan.rounds_needed(share)} round(s)" for share in EQUAL_GROUP_SHARES)
-    return [
+    """The report's lines: generation per rollout at several shares of all-equal groups, the worst case, and what
+    happens at the shares where `max_rounds` cannot fill the batch."""
+    costs = []
+    for share in EQUAL_GROUP_SHARES:
+        needed = plan.rounds_to_fill(share)
+        cost = f"{share:.0%} -> {plan.rounds_needed(share)} round(s)"
+        costs.append(cost if needed <= plan.max_rounds else f"{cost} ({needed} needed to fill the batch)")
+    short = [share for share in EQUAL_GROUP_SHARES if plan.rounds_to_fill(share) > plan.max_rounds]
+    lines = [
         "Dynamic sampling (all-equal groups dropped, refilled with fresh prompts):",
         f"  one round: {plan.prompts_per_round} prompts x {plan.completions_per_round // plan.prompts_per_round} = "
         f"{plan.completions_per_round} completions generated; the trained batch stays {plan.completions_per_round}",
-        f"  rounds per rollout (about) by share of all-equal groups: {costs}",
+        f"  rounds per rollout (about) by share of all-equal groups: {', '.join(costs)}",
         f"  at most {plan.max_rounds} rounds = {plan.max_rounds * plan.completions_per_round} completions generated "
         f"per rollout ({plan.max_rounds}x the generation time and prompts of a run without it)",
     ]
+    for share in short:
+        needed = plan.rounds_to_fill(share)
+        fix = f"dynamic_sampling_max_rounds {needed} fills it" if needed < math.inf else "no bound fills it"
+        lines.append(
+            f"  at {share:.0%} all-equal groups, {plan.max_rounds} rounds (dynamic_sampling_max_rounds) fill only "
+            f"{plan.signal_share(share):.0%} of the batch with groups that carry signal: {_short_batch(plan)} "
+            f"({fix})"
+        )
+    return lines
 
 
 def family_findings(args: Any) -> list[Finding]:

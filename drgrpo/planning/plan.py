@@ -108,7 +108,9 @@ def plan_recipe(
     )
     findings.extend(batch_findings)
     if args.dynamic_sampling and report.batch is not None:
-        report.dynamic_sampling = dynamic_sampling_plan(report.batch, args.dynamic_sampling_max_rounds)
+        report.dynamic_sampling = dynamic_sampling_plan(
+            report.batch, args.dynamic_sampling_max_rounds, getattr(args, "dynamic_sampling_exhausted", None)
+        )
     findings.extend(family_findings(args))
     findings.extend(_world_size_findings(recipe, header["world_size"], report.batch, batch))
     findings.extend(_reference_findings(report, header["reproduces"]))

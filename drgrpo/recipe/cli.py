@@ -126,6 +126,7 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
     overrides.pop("config", None)
     values = {**recipe, **overrides}
 
+    from drgrpo.algorithm.schedule_keys import check_schedule_values
     from drgrpo.recipe.config_errors import translate_config_error
     from drgrpo.recipe.parser import check_values
 
@@ -133,6 +134,9 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
     check_keys(parser, argv, recipe)
     check_values(parser, recipe, f"recipe {path}")
     check_values(parser, {key: raw for key, raw in overrides.items() if raw is not True}, "command line")
+    # Zero, negative or fractional schedule keys: refused here, before the preflight stand-ins below replace them.
+    where = f"recipe {path}" if path else "command line"
+    check_schedule_values(values, where, dict.fromkeys(overrides, "command line"))
     if preflight:
         argv = [*argv, *preflight_overrides(values)]
     try:

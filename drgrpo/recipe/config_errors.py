@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from drgrpo.core.errors import RecipeError
-from drgrpo.recipe.batch_rules import nearest_generation_batch_size, nearest_num_generations, nearest_per_device
+from drgrpo.recipe.batch_rules import (
+    batch_rules_hold,
+    nearest_generation_batch_size,
+    nearest_num_generations,
+    nearest_per_device,
+)
 
 _GENERATION_BATCH = re.compile(r"generation_batch_size \((\d+)\) must be divisible by num_generations \((\d+)\)")
 _GLOBAL_BATCH = re.compile(r"generation_batch_size \((\d+)\) must be divisible by the global batch size \((\d+)\)")
@@ -69,6 +74,28 @@ def _generation_batch_size_fix(values: Mapping[str, int], world_size: int) -> st
     if below is None and above is None:
         return "leave generation_batch_size unset and set steps_per_generation instead."
     return f"generation_batch_size: {_or((below, above))}, or leave it unset."
+
+
+def batch_rule_error(batch: Mapping[str, Any], world_size: int, where: str) -> RecipeError | None:
+    """The error TRL raises at `world_size` processes for these batch values (`drgrpo.recipe.preflight`'s batch
+    dict: the recipe's own values, None where unset), said in the recipe's keys with a fix; None when TRL starts.
+
+    `--explain` runs it at the recipe's target world size, so that a card is never printed for a recipe that
+    training then refuses."""
+    values = {key: None if batch.get(key) is None else int(batch[key]) for key in batch}
+    keys = {key: values.get(key) for key in ("steps_per_generation", "generation_batch_size")}
+    per_device, accumulation = values["per_device_train_batch_size"], values["gradient_accumulation_steps"]
+    generations = values["num_generations"]
+    if batch_rules_hold(world_size, per_device, accumulation, generations, **keys):
+        return None
+    if keys["generation_batch_size"] is not None:
+        fix = _generation_batch_size_fix(values, world_size)
+        return RecipeError(
+            f"{where}: generation_batch_size ({keys['generation_batch_size']}) must be a multiple of num_generations "
+            f"({generations}) and of per_device_train_batch_size x world size ({per_device * world_size}). Fix: {fix}"
+        )
+    fix = batch_fix(per_device, accumulation, keys["steps_per_generation"], generations, world_size)
+    return RecipeError(f"{where}: {fix}")
 
 
 def translate_config_error(

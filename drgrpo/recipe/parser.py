@@ -1,7 +1,8 @@
 """The train script's argument parser: TRL's `TrlParser` with the keys in groups, and errors as `RecipeError`s.
 
 `--help` lists the keys in the order a user needs them: the Dr.GRPO switch and advantage keys, data, rewards,
-diagnostics, the output directory guard, then the most-used TRL and transformers keys; `--help-all` lists all ~270.
+diagnostics, the output directory guard, then the most-used TRL and transformers keys; `--help-all` lists all of
+them. Before the keys, `--help` lists the flags to run before training (`--explain`, `--show_prompts`, `--traceback`).
 Each key is put in the group of the class that declares it (the project's own classes first, else the library
 class it comes from), so a key added to a dataclass lands in the right group without being listed here.
 
@@ -31,6 +32,16 @@ from drgrpo.run.output_guard import OutputDirArguments
 from rewards import RewardArguments
 
 USAGE = "python scripts/train.py RECIPE.yaml [--key value ...]   (--help-all: every key)"
+# What to run before training, printed first by --help: the flags a user needs on a login node, before the keys.
+BEFORE_TRAINING = """before training (no GPU, no model weights):
+  --explain         print the recipe's GRPO family card (advantage, loss, KL,
+                    staleness) after the checks training runs, then exit
+  --show_prompts N  print the first N training prompts exactly as the trainer
+                    renders them, then exit
+  --traceback       on an error, the full traceback instead of one line (or
+                    set DRGRPO_DEBUG=1)
+  python scripts/plan.py RECIPE: batch, context and memory at the target
+                    world size"""
 # (declaring class, group title), in the order --help prints them.
 GROUPS: tuple[tuple[type, str], ...] = (
     (DrGRPOConfig, "Dr.GRPO: the switch and the group advantage"),
@@ -91,7 +102,11 @@ def group_title(cls: type) -> str:
 
 
 class KeyHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each key once (`--learning_rate LEARNING_RATE`), without HF's `--learning-rate` alias."""
+    """Shows each key once (`--learning_rate LEARNING_RATE`), without HF's `--learning-rate` alias, and the
+    description (`BEFORE_TRAINING`) as written, line by line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "".join(indent + line for line in text.splitlines(keepends=True))
 
     def _format_action_invocation(self, action: argparse.Action) -> str:
         if not action.option_strings or action.nargs == 0:
@@ -109,6 +124,7 @@ class RecipeParser(TrlParser):
         super().__init__(
             dataclass_types,
             usage=USAGE,
+            description=BEFORE_TRAINING,
             epilog=epilog,
             formatter_class=KeyHelpFormatter,
         )

@@ -9,6 +9,7 @@ world size.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ def explain_recipe(argv: Sequence[str]) -> str:
     (`scripts/plan.py` checks that). The card's batch values are then the recipe's own, not the stand-ins.
     """
     from drgrpo.algorithm.family import family_card  # torch and TRL: after the recipe's cheap checks (see above)
+    from drgrpo.recipe.config_errors import batch_rule_error
 
     argv = recipe_argv([token for token in argv if token != "--explain"])
     require_recipe(argv)
@@ -74,9 +76,15 @@ def explain_recipe(argv: Sequence[str]) -> str:
     index = argv.index("--config")
     overrides = [*argv[:index], *argv[index + 2 :]]
     _, training_args, _, batch = parse_for_planning(path, overrides)
+    # Training checks the batch rules at its own world size; the pre-flight parse above used stand-ins, so check the
+    # recipe's own values here at its target (the header's world size, else WORLD_SIZE, else 1).
+    world_size = read_header(path)["world_size"] or int(os.environ.get("WORLD_SIZE", "1"))
+    error = batch_rule_error(batch, world_size, f"recipe {path} at world size {world_size}")
+    if error is not None:
+        raise error
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
         setattr(training_args, key, int(batch[key]))
-    training_args.steps_per_generation = recipe_steps_per_generation(batch, read_header(path)["world_size"] or 1)
+    training_args.steps_per_generation = recipe_steps_per_generation(batch, world_size)
     return f"{training_args.algorithm_summary}\n{family_card(training_args)}"
 
 

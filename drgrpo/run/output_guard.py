@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from drgrpo.core.checkpoints import WEIGHT_FILES, checkpoint_step
-from drgrpo.core.errors import RecipeError
+from drgrpo.core.errors import RecipeError, command_flag
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,10 @@ def check_output_dir(output_dir: str | Path, settings: Mapping[str, Any], *, ove
     checkpoints = checkpoint_folders(output_dir)
     if overwrite or not (model_files or checkpoints):
         return
-    fix = "Pass --overwrite_output_dir true to start afresh there, or set another output_dir (--output_dir ...)."
+    fix = (
+        f"Pass {command_flag('--overwrite_output_dir true')} to start afresh there, or set another output_dir "
+        f"({command_flag('--output_dir DIR')})."
+    )
     held = f"a model ({', '.join(model_files)})" if model_files else f"{len(checkpoints)} checkpoint(s)"
     record = read_record(output_dir)
     if record is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,27 @@ class BiasSettings:
     edge_fraction: float = 0.1
     mechanism: MechanismSettings = field(default_factory=MechanismSettings)
     overrides: tuple[str, ...] = ()
+
+
+def machine_facts() -> str:
+    """What the numbers depend on besides the code: CPU model and count, torch's version and intra-op threads, and
+    the load average when the run started (other processes on the cores change the timing, hence the sampling)."""
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = f", load average {os.getloadavg()[0]:.1f} at the start" if hasattr(os, "getloadavg") else ""
+    return (
+        f"CPU {model} ({usable} usable cores), torch {torch.__version__} with {torch.get_num_threads()} thread(s) "
+        f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}){load}"
+    )
 
 
 def held_out_accuracy(model_dir: Path, test_file: Path, output_dir: Path, max_new_tokens: int) -> float:
@@ -63,6 +86,8 @@ def run_bias(settings: BiasSettings) -> dict:
     """Run everything and write `curves.png`, `summary.md` and `summary.json` under `output_dir`; return the summary."""
     start = time.perf_counter()
     out = Path(settings.output_dir)
+    machine = machine_facts()
+    print(f"Machine: {machine}", flush=True)
     model, data = prepare_bias_warm_start(out, seed=settings.warm_start_seed, sft_steps=settings.sft_steps)
     rows = [json.loads(line) for line in data["train"].read_text().splitlines()]
 
@@ -91,12 +116,19 @@ def run_bias(settings: BiasSettings) -> dict:
             logger.warning("%s: %s", name, json.dumps(runs[-1]))
             del trainer
             # Written after every run, so that an interrupted `make bias` leaves what it measured so far.
-            summary = write_outputs(out, mechanism, runs, histories, settings, mechanism_seconds, start)
+            summary = write_outputs(out, mechanism, runs, histories, settings, mechanism_seconds, start, machine)
     return summary
 
 
 def write_outputs(
-    out: Path, mechanism: dict, runs: list, histories: dict, settings: BiasSettings, mechanism_seconds: float, start
+    out: Path,
+    mechanism: dict,
+    runs: list,
+    histories: dict,
+    settings: BiasSettings,
+    mechanism_seconds: float,
+    start: float,
+    machine: str | None = None,
 ) -> dict:
     """`summary.json`, `summary.md` and `curves.png` for the runs so far."""
     summary = summary_json(mechanism, runs)
@@ -114,6 +146,8 @@ def write_outputs(
         "completions.",
     ]
     total = time.perf_counter() - start
-    markdown = summary_markdown(summary, step_norm=settings.mechanism.step_norm, total_seconds=total, notes=notes)
+    markdown = summary_markdown(
+        summary, step_norm=settings.mechanism.step_norm, total_seconds=total, notes=notes, machine=machine
+    )
     (out / "summary.md").write_text(markdown)
     return summary

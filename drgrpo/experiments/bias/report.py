@@ -1,5 +1,7 @@
-"""What `make bias` writes: the per-run numbers (lengths at the start and end of training), `summary.json` with
-exactly the keys of issue 13, `summary.md`, and `curves.png` (seeds faint, their mean bold)."""
+"""What `make bias` writes: the per-run numbers (lengths at the start and end of training), `summary.json` (the
+mechanism's tail changes and the runs' lengths and accuracies, nothing else), `summary.md` with the goals the
+experiment was designed to test and whether each was met, the machine it ran on, and `curves.png` (seeds faint,
+their mean bold)."""
 
 from __future__ import annotations
 
@@ -23,14 +25,23 @@ RUN_KEYS = (
     "seconds",
 )
 ALGORITHM_LABELS = {"grpo": "GRPO", "dr_grpo": "Dr.GRPO"}
-EFFECT_THRESHOLD = 0.25  # issue 13: GRPO's incorrect-length growth ratio exceeds Dr.GRPO's by this much
-MECHANISM_Z = {"grpo": 3.0, "dr_grpo": 2.0}  # issue 13: grpo moves by >= 3 SE, dr_grpo stays within 2 SE
+# The goals, fixed before the experiment was run: GRPO's incorrect-length growth ratio exceeds Dr.GRPO's by this much
+# on at least 3 of 4 seeds; in the mechanism, grpo moves the tail by >= 3 SE, dr_grpo stays within 2 SE.
+EFFECT_THRESHOLD = 0.25
+MECHANISM_Z = {"grpo": 3.0, "dr_grpo": 2.0}
+# The mechanism goals in words, in the order of `mechanism_verdicts`.
+MECHANISM_GOALS = {
+    "grpo_negative_lengthens": f"GRPO lengthens the tail after a wrong answer (z >= {MECHANISM_Z['grpo']:g})",
+    "grpo_positive_shortens": f"GRPO shortens it after a right answer (z <= -{MECHANISM_Z['grpo']:g})",
+    "dr_grpo_negative_flat": f"Dr.GRPO leaves it after a wrong answer (|z| <= {MECHANISM_Z['dr_grpo']:g})",
+    "dr_grpo_positive_flat": f"Dr.GRPO leaves it after a right answer (|z| <= {MECHANISM_Z['dr_grpo']:g})",
+}
 
 
 def edge_means(values: Sequence[float], fraction: float = 0.1) -> tuple[float, float]:
     """(mean of the first, mean of the last) `ceil(fraction * n)` values, at least one each; NaN when empty.
 
-    Issue 13 averages lengths "over the first and last 10% of logged steps"."""
+    The experiment averages lengths over the first and last 10% of the logged steps."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     if not values:
@@ -68,8 +79,8 @@ def run_record(
 
 
 def summary_json(mechanism: Mapping, runs: Sequence[Mapping]) -> dict:
-    """`{"mechanism": {grpo: {...}, dr_grpo: {...}}, "runs": [...]}` with exactly issue 13's keys (extra keys that
-    `mechanism` or a run may carry are dropped)."""
+    """`{"mechanism": {grpo: {...}, dr_grpo: {...}}, "runs": [...]}` with exactly `MECHANISM_KEYS` and `RUN_KEYS`
+    (extra keys that `mechanism` or a run may carry are dropped)."""
     return {
         "mechanism": {
             name: {key: float(mechanism[name][key]) for key in MECHANISM_KEYS} for name in ("grpo", "dr_grpo")
@@ -95,8 +106,8 @@ def seed_effects(runs: Sequence[Mapping]) -> dict[int, float]:
 
 
 def mechanism_verdicts(mechanism: Mapping) -> dict[str, bool]:
-    """Issue 13's mechanism goals: grpo lengthens tails after negative advantages and shortens them after positive
-    ones, each >= 3 SE from 0; dr_grpo moves neither beyond 2 SE."""
+    """The mechanism goals (`MECHANISM_GOALS`): grpo lengthens tails after negative advantages and shortens them
+    after positive ones, each >= 3 SE from 0; dr_grpo moves neither beyond 2 SE."""
     grpo, dr = mechanism["grpo"], mechanism["dr_grpo"]
 
     def z(stats: Mapping, side: str) -> float:
@@ -115,9 +126,21 @@ def _fmt(value: float, spec: str = ".2f") -> str:
     return "–" if value is None or not math.isfinite(value) else format(value, spec)
 
 
-def summary_markdown(summary: Mapping, *, step_norm: float, total_seconds: float, notes: Sequence[str] = ()) -> str:
-    """The human summary: mechanism table with z-scores, run table, per-seed effect, and the verdicts as measured."""
-    lines = ["# What Dr.GRPO fixes, measured (tiny model, tail task)", "", "## Mechanism: one update from the same "
+def summary_markdown(
+    summary: Mapping,
+    *,
+    step_norm: float,
+    total_seconds: float,
+    notes: Sequence[str] = (),
+    machine: str | None = None,
+) -> str:
+    """The human summary: the machine it ran on, mechanism table with z-scores, run table, per-seed effect, and the
+    goals with whether each was met, as measured."""
+    lines = ["# What Dr.GRPO fixes, measured (tiny model, tail task)", ""]
+    if machine:
+        lines += [f"Machine: {machine}. The numbers move with the machine (CPU, thread count, load): the README "
+                  "gives the range seen.", ""]  # fmt: skip
+    lines += ["## Mechanism: one update from the same "
              f"weights on fixed batches (step of norm {step_norm:g}); change of the expected tail length, tokens", "",
              "| loss | after A < 0 (wrong) | z | after A > 0 (right) | z |", "|---|---|---|---|---|"]  # fmt: skip
     for name in ("grpo", "dr_grpo"):
@@ -128,7 +151,8 @@ def summary_markdown(summary: Mapping, *, step_norm: float, total_seconds: float
             cells += [f"{_fmt(mean, '+.4f')} ± {_fmt(se, '.4f')}", _fmt(mean / se if se else math.nan, "+.1f")]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     verdicts = mechanism_verdicts(summary["mechanism"])
-    lines += ["", "Goals (issue 13): " + ", ".join(f"{k}: {'met' if v else 'NOT met'}" for k, v in verdicts.items())]
+    lines += ["", "Goals of the mechanism experiment (set before it was run):"]
+    lines += [f"- {MECHANISM_GOALS[key]}: {'met' if met else 'NOT met'}" for key, met in verdicts.items()]
     lines += ["", "## End to end: GRPO vs Dr.GRPO from the same warm start", "",
               "| seed | algorithm | incorrect length start → end (ratio) | correct length start → end "
               "| held-out accuracy before → after RL | seconds |", "|---|---|---|---|---|---|"]  # fmt: skip
@@ -147,7 +171,8 @@ def summary_markdown(summary: Mapping, *, step_norm: float, total_seconds: float
         "",
         "GRPO's incorrect-length growth ratio minus Dr.GRPO's, per seed: "
         + ", ".join(f"seed {s}: {_fmt(e, '+.2f')}" for s, e in effects.items()),
-        f"Goal (issue 13): >= {EFFECT_THRESHOLD} on at least 3 of 4 seeds. Measured: {met} of {len(effects)} seeds.",
+        f"Goal (set before the runs): >= {EFFECT_THRESHOLD} on at least 3 of 4 seeds. Measured: {met} of "
+        f"{len(effects)} seeds.",
         "",
         f"Total time {total_seconds:.0f} s. Curves: `curves.png` (same folder).",
     ]

@@ -9,7 +9,7 @@ it wrote (`x+y >= 10` exactly when `c1`) and `:` when it does not, `k` uniform i
 right exactly when the guess checks out, and *whether it does is readable from what was written*: `c1 3+4=7` or
 `c0 7+8=15` is visibly wrong. The grader reads the last number (the sum), so the tail never changes the reward.
 
-Why this shape (issue 13): at a length decision with context `s`, the expected `dr_grpo` update of the tail length is
+Why this shape: at a length decision with context `s`, the expected `dr_grpo` update of the tail length is
 `E[A | s] * E[grad log pi] = 0`, while the `grpo` update is `E[A | s] * grad E[1/|o| | s]`, non-zero only where the
 context predicts the advantage. The first design (every problem needed a carry; `c0` was wrong) let RL fix the visible
 error within ~30 steps by writing `c1` always, after which the wrong answers left were invisible slips. Here no
