@@ -19,6 +19,7 @@ from math_verify.parser import extract_target_from_pred, lazy_expr_regex, lazy_l
 
 from rewards.echoes import is_echo, is_plain_number
 from rewards.extract import answer_variants, same_text
+from rewards.magnitude import MAX_DIGITS, AnswerTooLarge, too_large
 
 # The caller enforces the time limit; tell math-verify not to warn that its own is off.
 math_verify.parser.TIMEOUT_WARNING_SHOWN = True
@@ -126,13 +127,18 @@ def verify_reading(
     math-verify read in it, as LaTeX ("" if it read none: the completion has no answer); None for a boxed answer.
 
     Against a gold that is a number, an answer that restates arithmetic instead of its result (`17 + 21`, and with
-    `question` known, a power or root of the question's own numbers) is not credited: `rewards.echoes`."""
+    `question` known, a power or root of the question's own numbers) is not credited: `rewards.echoes`.
+
+    Raises `AnswerTooLarge` (a counted grading error, score 0) before any evaluation when the gold or the answer
+    would build a number of more than `MAX_DIGITS` digits (`10^{10^{10^{10}}}`): `rewards.magnitude`."""
     golds = parsed_gold(gold)
     if golds is None:
         return (True, _identity_reading(answer, kind)) if same_text(gold, answer, kind) else (None, None)
     targets = [parse_answer(variant, kind) for variant in _readings(answer, kind)]
     if not any(targets) and context:
         targets = [parse_latex_spans(variant) for variant in _readings(context, "text")]
+    _refuse_huge(golds, "gold")
+    _refuse_huge(targets, "answer")
     if not any(map(_is_math, golds)) and not any(map(_is_math, targets)) and same_text(gold, answer, kind):
         return True, _identity_reading(answer, kind)
     numeric_gold = any(g and is_plain_number(g[0]) for g in golds)
@@ -145,6 +151,16 @@ def verify_reading(
     if kind == "latex":
         return verdict, None
     return verdict, next((_as_latex(target[0], answer) for target in targets if target), "")
+
+
+def _refuse_huge(readings: list | tuple, which: str) -> None:
+    """Raise `AnswerTooLarge` if any parsed value of `readings` is too large to evaluate (`rewards.magnitude`)."""
+    for reading in readings:
+        for value in reading or ():
+            if isinstance(value, sympy.Basic) and too_large(value):
+                raise AnswerTooLarge(
+                    f"the {which} would evaluate to a number of more than {MAX_DIGITS:,} digits: refused unevaluated"
+                )
 
 
 def _is_math(reading: list) -> bool:
