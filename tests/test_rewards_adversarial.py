@@ -153,6 +153,8 @@ def test_in_process_grading_is_bounded_on_the_main_thread():
     script = (
         "import time\n"
         "from rewards.grading import Grader\n"
+        "from rewards.equivalence import verify_answer\n"
+        "verify_answer('\\\\frac{1}{2}', '0.5')  # math-verify's grammar loads outside the deadline\n"
         "grader = Grader(timeout=0.5, num_workers=0)\n"
         f"for text in [{TOWER!r}, {SLOW_ANSWER!r}]:\n"
         "    start = time.monotonic()\n"
