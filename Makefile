@@ -92,7 +92,7 @@ score: install
 
 # Evaluate a checkpoint: `make eval MODEL=outputs/demo/model BENCH=math500 [N=8]`; BENCH is a preset (aime24 amc amc23
 # math500 minerva olympiadbench gsm8k), a local file, several of them in quotes, or `paper` (the Dr.GRPO paper's Table 4
-# suite: aime24 amc math500 minerva olympiadbench). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
+# suite: aime24 amc math500 minerva olympiadbench, with truncated samples counted wrong as in the paper). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
 # (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/<model>/<benchmark>/.
 # Code benchmarks (pass@k of programs run in the code reward's sandbox): BENCH=apps, or a local file with
 # ARGS="--answer_column verification_info --answer_format code_tests" (EVAL_RECIPE's code_* keys set the limits).
@@ -108,7 +108,8 @@ eval: install
 	for bench in $(patsubst paper,$(PAPER_SUITE),$(BENCH)); do \
 		$(PY) scripts/evaluate.py --model_name_or_path $(MODEL) --benchmark $$bench --n $(N) --temperature $(TEMPERATURE) \
 			--max_new_tokens $(MAX_NEW_TOKENS) $(if $(TEMPLATE),--prompt_template $(TEMPLATE)) \
-			$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(ARGS) || exit 1; \
+			$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(if $(filter paper,$(BENCH)),--truncated_as_wrong true) \
+			$(ARGS) || exit 1; \
 	done
 
 # Evaluations side by side, models x benchmarks: `make eval-compare [EVALS="outputs/eval/a outputs/eval/b"]`
