@@ -3,10 +3,20 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# A GPU user picks a CUDA build, e.g. `make install TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+# torch==2.13.0 from PyPI is, on Linux, the CUDA 13 build that vLLM's PyPI wheels are built for (NVIDIA driver R580 or
+# newer); a torch of another CUDA major version breaks vLLM and torchvision (docs/install.md, `make check-install`).
 TORCH ?= torch==2.13.0
 EXTRAS ?= dev
 STAMP := $(VENV)/.installed-$(EXTRAS)
+# Offline install (air-gapped GPU nodes): `make wheelhouse WHEELHOUSE=wheels [EXTRAS=...]` where there is network, then
+# `make install WHEELHOUSE=wheels [EXTRAS=...]` on the node: every pip step reads only that folder (docs/install.md).
+WHEELHOUSE ?=
+ifneq ($(WHEELHOUSE),)
+ifeq ($(filter wheelhouse,$(MAKECMDGOALS)),)
+export PIP_NO_INDEX := 1
+export PIP_FIND_LINKS := $(abspath $(WHEELHOUSE))
+endif
+endif
 
 RECIPE ?= recipes/tiny_drgrpo.yaml
 ACCELERATE_CONFIG ?=
@@ -32,9 +42,10 @@ $(STAMP): pyproject.toml
 
 # Would a GPU install resolve to a supported stack? First `make install` (the check reads TRL's vLLM range from the
 # installed TRL), then pip's resolver in dry-run for the GPU extras (nothing more installed; metadata only, a minute
-# or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, and the requirements of vLLM, torch,
-# transformers and TRL on each other. `make check-install TORCH="torch==2.13.0 --index-url ..."`
-# [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"] (extra pins). docs/install.md has the GPU install lines.
+# or two), then vLLM vs TRL's supported range, torch vs the TORCH asked for, the requirements of vLLM, torch,
+# transformers and TRL on each other, and the CUDA builds of torch, torchvision and vLLM against each other.
+# `make check-install [TORCH=...] [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"]` (extra pins). docs/install.md
+# has the GPU install lines and the driver they need.
 CHECK_EXTRAS ?= dev,vllm
 check-install: install
 	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
@@ -111,7 +122,7 @@ score: install
 
 # Evaluate a checkpoint: `make eval MODEL=outputs/demo/model BENCH=math500 [N=8]`; BENCH is a preset (aime24 amc amc23
 # math500 minerva olympiadbench gsm8k), a local file, several of them in quotes, or `paper` (the Dr.GRPO paper's Table 4
-# suite: aime24 amc math500 minerva olympiadbench). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
+# suite: aime24 amc math500 minerva olympiadbench, with truncated samples counted wrong as in the paper). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
 # (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/<model>/<benchmark>/.
 # Code benchmarks (pass@k of programs run in the code reward's sandbox): BENCH=apps, or a local file with
 # ARGS="--answer_column verification_info --answer_format code_tests" (EVAL_RECIPE's code_* keys set the limits).
@@ -127,7 +138,8 @@ eval: install
 	for bench in $(patsubst paper,$(PAPER_SUITE),$(BENCH)); do \
 		$(PY) scripts/evaluate.py --model_name_or_path $(MODEL) --benchmark $$bench --n $(N) --temperature $(TEMPERATURE) \
 			--max_new_tokens $(MAX_NEW_TOKENS) $(if $(TEMPLATE),--prompt_template $(TEMPLATE)) \
-			$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(ARGS) || exit 1; \
+			$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(if $(filter paper,$(BENCH)),--truncated_as_wrong true) \
+			$(ARGS) || exit 1; \
 	done
 
 # The demo's model before and after training, like a real model: the demo's 200 held-out additions and the shipped
@@ -173,6 +185,27 @@ vllm-serve:
 	@$(PY) -c "import vllm" 2>/dev/null || { echo "vLLM is not installed: make install EXTRAS=dev,vllm (GPU machines only)"; exit 1; }
 	CUDA_VISIBLE_DEVICES=$(VLLM_GPUS) $(VENV)/bin/trl vllm-serve $$($(PY) scripts/plan.py $(VLLM_RECIPE) --vllm_serve_args) \
 		--tensor_parallel_size $(VLLM_TP) --data_parallel_size $$(( $(words $(subst $(comma), ,$(VLLM_GPUS))) / $(VLLM_TP) ))
+
+# Every file `make install TORCH=... EXTRAS=...` needs, into WHEELHOUSE (sizes printed), for this machine's Python and
+# platform or another's: `make wheelhouse WHEELHOUSE=wheels EXTRAS=dev,vllm [WHEEL_PYTHON=3.12]
+# [WHEEL_PLATFORM=manylinux_2_35_x86_64]`. Installs nothing of the project here (only pip and packaging in the venv).
+# WHEELHOUSE_EXTRAS / WHEELHOUSE_NO_DEPS: the extras and the --no-deps wheels of every install step (default: EXTRAS,
+# none). drgrpo/setup/wheelhouse.py.
+WHEEL_PYTHON ?=
+WHEEL_PLATFORM ?=
+WHEELHOUSE_EXTRAS ?= $(EXTRAS)
+WHEELHOUSE_NO_DEPS ?=
+WHEELHOUSE_TOOLS := $(VENV)/.installed-wheelhouse-tools
+$(WHEELHOUSE_TOOLS):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip packaging
+	touch $@
+.PHONY: wheelhouse
+wheelhouse: $(WHEELHOUSE_TOOLS)
+	@test -n "$(WHEELHOUSE)" || { echo "make wheelhouse: set WHEELHOUSE=folder (where the files go)"; exit 2; }
+	PYTHONPATH=. $(PY) scripts/wheelhouse.py --dest $(WHEELHOUSE) --torch "$(TORCH)" --extras $(WHEELHOUSE_EXTRAS) \
+		$(if $(WHEEL_PYTHON),--python_version $(WHEEL_PYTHON)) $(if $(WHEEL_PLATFORM),--platform $(WHEEL_PLATFORM)) \
+		$(if $(WHEELHOUSE_NO_DEPS),--no_deps "$(WHEELHOUSE_NO_DEPS)")
 
 # What Dr.GRPO fixes, measured (docs/bias.md).
 # `make loss-weights REWARDS="1 0 0 1 0 0 0 1" LENGTHS="12 30 8 25 14 6 28 9"`: each token's weight under TRL's grpo,

@@ -1,6 +1,7 @@
 """Reward throughput: a plain sequential math-verify loop vs this library's `accuracy`, on the same completions.
 
     python benchmarks/reward_throughput.py [--problems 250] [--group-size 8] [--workers N]
+    python benchmarks/reward_throughput.py --compare-with /path/to/old/checkout [--rounds 3]
 
 Generates realistic completions (chain-of-thought text with inline math, a final `\\boxed{}` answer that is right in
 an equivalent form or wrong; integers, fractions, decimals, roots, pi, negatives, expressions), G per problem as in
@@ -8,14 +9,24 @@ GRPO. Baseline: `verify(parse(gold), parse(completion))` per row, how most recip
 `accuracy` reward (answer extraction, gold parsed once per group, verdict cache, plain-number fast path, verifier
 processes). Prints completions/s of both, their ratio, and asserts identical verdicts. Target: >= 1.7x on 2 cores.
 The verifier processes are started before timing (a once-per-run cost, like the trainer's); caches start empty.
+
+`--compare-with DIR` measures this checkout's reward against another checkout's (e.g. before a change) in one run:
+`--rounds` rounds, each timing both in fresh processes, in alternating order (before/after, then after/before, ...),
+so that both see the same machine load; prints each round's completions/s and the after/before ratio, and the
+median ratio. Timings on a shared machine are noisy: read the ratios, not the absolute numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from math_verify import parse, verify
 
@@ -101,15 +112,72 @@ def baseline(completions: list[str], golds: list[str]) -> list[bool]:
     return [bool(verify(parse(gold), parse(completion))) for completion, gold in zip(completions, golds, strict=True)]
 
 
+def measure_in(checkout: Path, args: argparse.Namespace, workers: int) -> dict:
+    """One timing of the accuracy reward of `checkout` (first on the path), in a fresh process."""
+    command = [sys.executable, __file__, "--json", "--problems", str(args.problems), "--group-size"]
+    command += [str(args.group_size), "--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(args: argparse.Namespace, workers: int) -> None:
+    """Before (`--compare-with`) and after (this checkout), interleaved, `--rounds` times."""
+    before, after = Path(args.compare_with).resolve(), Path(__file__).resolve().parents[1]
+    ratios, cpu_ratios = [], []
+    for round_index in range(args.rounds):
+        order = [("before", before), ("after", after)]
+        if round_index % 2:
+            order.reverse()
+        timings = {name: measure_in(path, args, workers) for name, path in order}
+        speed = {name: t["completions"] / t["ours_s"] for name, t in timings.items()}
+        ratios.append(speed["after"] / speed["before"])
+        cpu_ratios.append(timings["before"]["ours_cpu_s"] / timings["after"]["ours_cpu_s"])
+        print(
+            f"round {round_index + 1} ({order[0][0]} first): before {speed['before']:7.1f}/s  after "
+            f"{speed['after']:7.1f}/s  after/before {ratios[-1]:.3f}  (math-verify loop: "
+            f"{timings['before']['completions'] / timings['before']['baseline_s']:.1f}/s, "
+            f"{timings['after']['completions'] / timings['after']['baseline_s']:.1f}/s; verdicts as math-verify's: "
+            f"{timings['before']['same']}, {timings['after']['same']})"
+        )
+    print(f"median after/before throughput: {statistics.median(ratios):.3f} over {len(ratios)} rounds")
+    if workers == 0:  # everything ran in the timed process: its CPU time is the grading's whole cost
+        print(f"median after/before throughput in CPU time: {statistics.median(cpu_ratios):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problems", type=int, default=250)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--workers", type=int, default=None, help="verifier processes (default: per CPU core)")
+    parser.add_argument("--compare-with", default=None, help="another checkout to time against, interleaved")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --compare-with")
+    parser.add_argument("--json", action="store_true", help="print one JSON line of timings (used by --compare-with)")
     args = parser.parse_args()
     workers = default_num_workers() if args.workers is None else args.workers
+    if args.compare_with:
+        compare(args, workers)
+        return
 
     completions, golds = make_dataset(args.problems, args.group_size)
+    if args.json:
+        if workers > 0:
+            get_pool(workers, 2048).map("ping", [(i,) for i in range(workers * 2)], timeout=60)
+        (reward,) = get_reward_funcs(["accuracy"], RewardArguments(reward_num_workers=workers))
+        if workers == 0:  # math-verify's import and first parse, which the pool's workers pay before timing too
+            from rewards.equivalence import verify_answer
+
+            verify_answer("\\frac{1}{2}", "0.5")
+        start, cpu = time.perf_counter(), time.process_time()
+        ours = reward(completions=completions, answer=golds)
+        ours_s, ours_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        start = time.perf_counter()
+        reference = baseline(completions, golds)
+        baseline_s = time.perf_counter() - start
+        same = [float(r) for r in reference] == ours
+        timings = {"completions": len(completions), "ours_s": ours_s, "ours_cpu_s": ours_cpu_s}
+        print(json.dumps({**timings, "baseline_s": baseline_s, "same": same}))
+        return
     print(
         f"{len(completions)} completions ({args.problems} problems x {args.group_size}), "
         f"{sum(map(len, completions)) / len(completions):.0f} characters on average; "

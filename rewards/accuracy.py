@@ -36,7 +36,8 @@ class AccuracyReward:
 
     The final answer is read under the grader's `answer_extraction_mode` (`rewards.answer_policy`: the final box,
     else the `<answer>` tag, `####`, or the final-answer region read by math-verify); the gold comes as the keyword
-    list `answer`. Scores: 1.0 correct, 0.0 wrong or no answer; 0.0 also when the
+    list `answer`, the prompts as `prompts` (the echo rule reads the question's numbers: `rewards.echoes`). Scores:
+    1.0 correct, 0.0 wrong or no answer; 0.0 also when the
     verification timed out or failed (counted in `rewards/accuracy/failures`); None when the gold itself cannot be
     parsed (counted in `rewards/accuracy/unparsable_golds` and warned about once per gold), so that a broken gold
     never trains the policy on a fake 0.
@@ -47,9 +48,17 @@ class AccuracyReward:
     def __init__(self, grader: Grader) -> None:
         self.grader = grader
 
-    def __call__(self, texts: list[str], *, report: RewardReport, answer: list | None = None, **kwargs):
+    def __call__(
+        self,
+        texts: list[str],
+        *,
+        report: RewardReport,
+        answer: list | None = None,
+        prompts: list | None = None,
+        **kwargs,
+    ):
         if answer is None:
             raise missing_column_error("accuracy", "answer", kwargs)
-        results = self.grader.grade(texts, answer)
+        results = self.grader.grade(texts, answer, prompts)
         record_grades(self.grader, results, list(answer), report)
         return [None if r.verdict is None else float(r.verdict) for r in results]

@@ -2,8 +2,10 @@
 
 - `alarm_deadline`: a sub-second `SIGALRM` timer for code on the main thread of a process (the verifier workers,
   or the trainer's main thread). It raises `DeadlineExceeded`, a `BaseException`, so that the `except Exception`
-  blocks inside math-verify and sympy cannot swallow it. It cannot interrupt one long C call (a huge integer power):
-  the worker pool's hard kill covers that.
+  blocks inside math-verify and sympy cannot swallow it. It cannot interrupt one long C call: the worker pool's hard
+  kill covers that, and `rewards.magnitude` refuses answers whose evaluation would build astronomically large
+  integers (`10^{10^{10^{10}}}`) before sympy starts. math-verify's own timeouts are always off in our calls
+  (`parsing_timeout=None`, `timeout_seconds=None`), so its `signal.alarm` never replaces or cancels this timer.
 - `call_with_deadline`: runs a callable with a deadline from any thread: the alarm on the main thread, otherwise a
   helper thread that is abandoned (left running as a daemon) if it overruns.
 """

@@ -17,7 +17,9 @@ import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from math_verify.parser import extract_target_from_pred, lazy_expr_regex, lazy_latex_regex
 
-from rewards.extract import answer_variants
+from rewards.echoes import is_echo, is_plain_number
+from rewards.extract import answer_variants, same_text
+from rewards.magnitude import MAX_DIGITS, AnswerTooLarge, too_large
 
 # The caller enforces the time limit; tell math-verify not to warn that its own is off.
 math_verify.parser.TIMEOUT_WARNING_SHOWN = True
@@ -31,8 +33,9 @@ _LATEX_SPANS = LatexExtractionConfig(boxed_match_priority=0)
 _EXPRESSIONS = ExprExtractionConfig()
 # math-verify's expression patterns end at a number without looking past it (`100m2` reads 100, `x = 3y` reads 3,
 # `$-[0, 1)$` reads 1 once its LaTeX fails to parse); this lookahead makes every number or expression it extracts
-# from free text a whole token: followed by whitespace, the end, a `$`, or sentence punctuation that ends a sentence.
-_WHOLE_TOKEN_END = r"(?=\s|$|\$|[.,;:!?](?!\d))"
+# from free text a whole token: followed by whitespace, the end, a `$`, sentence punctuation that ends a sentence, a
+# currency sign (`1000.99€`) or a squared or cubed length unit (`1000.99m²`), never by letters (`12apples`, `x2b`).
+_WHOLE_TOKEN_END = r"(?=\s|$|\$|[.,;:!?](?!\d)|[€£¥₹]|(?:[cmk]?m|km|cm)[²³](?!\w))"
 
 
 # A LaTeX math span. A plain-text number inside one that math-verify could not parse as LaTeX is a fragment of that
@@ -105,30 +108,70 @@ def parsed_gold(gold: str) -> tuple[list, ...] | None:
     return readings if any(readings) else None
 
 
-def verify_answer(gold: str, answer: str, kind: str = "latex", context: str | None = None) -> bool | None:
+def verify_answer(
+    gold: str, answer: str, kind: str = "latex", context: str | None = None, question: tuple[str, ...] = ()
+) -> bool | None:
     """True if `answer` equals `gold` under math-verify in any of their readings (`50\\%` is also read as `50`).
 
     None if the gold cannot be parsed. Both strings are normalised (`rewards.extract`). `context` (lenient mode): a
-    completion tail whose last LaTeX span is read when `answer` yields nothing.
+    completion tail whose last LaTeX span is read when `answer` yields nothing. `question`: the numbers of the
+    question (`rewards.echoes.question_numbers`), for the echo rule.
     """
-    return verify_reading(gold, answer, kind, context)[0]
+    return verify_reading(gold, answer, kind, context, question)[0]
 
 
 def verify_reading(
-    gold: str, answer: str, kind: str = "latex", context: str | None = None
+    gold: str, answer: str, kind: str = "latex", context: str | None = None, question: tuple[str, ...] = ()
 ) -> tuple[bool | None, str | None]:
     """`(verdict, reading)`: `verify_answer`'s verdict, and for free text (`kind` `text`/`number`) the answer that
-    math-verify read in it, as LaTeX ("" if it read none: the completion has no answer); None for a boxed answer."""
+    math-verify read in it, as LaTeX ("" if it read none: the completion has no answer); None for a boxed answer.
+
+    Against a gold that is a number, an answer that restates arithmetic instead of its result (`17 + 21`, and with
+    `question` known, a power or root of the question's own numbers) is not credited: `rewards.echoes`.
+
+    Raises `AnswerTooLarge` (a counted grading error, score 0) before any evaluation when the gold or the answer
+    would build a number of more than `MAX_DIGITS` digits (`10^{10^{10^{10}}}`): `rewards.magnitude`."""
     golds = parsed_gold(gold)
     if golds is None:
-        return None, None
+        return (True, _identity_reading(answer, kind)) if same_text(gold, answer, kind) else (None, None)
     targets = [parse_answer(variant, kind) for variant in _readings(answer, kind)]
     if not any(targets) and context:
         targets = [parse_latex_spans(variant) for variant in _readings(context, "text")]
-    verdict = any(target and any(verify(g, target, timeout_seconds=None) for g in golds if g) for target in targets)
+    _refuse_huge(golds, "gold")
+    _refuse_huge(targets, "answer")
+    if not any(map(_is_math, golds)) and not any(map(_is_math, targets)) and same_text(gold, answer, kind):
+        return True, _identity_reading(answer, kind)
+    numeric_gold = any(g and is_plain_number(g[0]) for g in golds)
+    verdict = any(
+        target
+        and not (numeric_gold and is_echo(target[0], question))
+        and any(verify(g, target, timeout_seconds=None) for g in golds if g)
+        for target in targets
+    )
     if kind == "latex":
         return verdict, None
     return verdict, next((_as_latex(target[0], answer) for target in targets if target), "")
+
+
+def _refuse_huge(readings: list | tuple, which: str) -> None:
+    """Raise `AnswerTooLarge` if any parsed value of `readings` is too large to evaluate (`rewards.magnitude`)."""
+    for reading in readings:
+        for value in reading or ():
+            if isinstance(value, sympy.Basic) and too_large(value):
+                raise AnswerTooLarge(
+                    f"the {which} would evaluate to a number of more than {MAX_DIGITS:,} digits: refused unevaluated"
+                )
+
+
+def _is_math(reading: list) -> bool:
+    """Whether a parse is a finite mathematical value: not empty, not math-verify's string fallback, not `zoo` or
+    `nan` (`12:00` parses as 12/0)."""
+    value = reading[0] if reading else None
+    return isinstance(value, sympy.Basic) and not value.has(sympy.zoo, sympy.nan)
+
+
+def _identity_reading(answer: str, kind: str) -> str | None:
+    return None if kind == "latex" else answer
 
 
 def _as_latex(value, fallback: str) -> str:

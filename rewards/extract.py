@@ -22,9 +22,13 @@ _BOXED_COMMANDS = ("\\boxed", "\\fbox")
 # Boxes separated only by connectors (`, `, ` and `, `$ or $`, `\\quad\\text{and}\\quad`, a line break), at most this
 # many characters, belong to one answer; any other word between them (`\\boxed{2}, wait, no: \\boxed{1}`) does not.
 MAX_BOX_GAP = 40
+# Inside math, a `\\text{...}` label (`\\text{ for part (a) and }`) and a name being assigned (`\\) and \\( y_2 =`)
+# connect boxes too: a correction is written in prose, not inside the formula.
 _BOX_CONNECTOR = re.compile(
-    r"(?:\s|[,;$&.]|\\\\|\\[][()]|\\q?quad|\\[,;: ]|\band\b|\bor\b|\\(?:text|mathrm|mbox)\{\s*(?:and|or|,)?\s*\})*"
+    r"(?:\s|[,;$&.]|\\\\|\\[][()]|\\q?quad|\\[,;: ]|\band\b|\bor\b|\\(?:text|mathrm|mbox)\{[^{}$]{0,40}\}"
+    r"|[A-Za-z](?:_\{?\w{1,3}\}?)?\s*=)*"
 )
+_GOLD_BOX_CONNECTOR = re.compile(r"\b(?:and|or)\b|^[^A-Za-z]*$")
 _PART_TOKEN = re.compile(r"\\[{}]|\\text\{\s*and\s*\}|\s+and\s+|\\.|[^\\]", re.DOTALL)
 _AND = re.compile(r"\\text\{\s*and\s*\}|\s+and\s+")
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)  # an escaped character (`\{`) is not a group brace
@@ -35,15 +39,21 @@ _PLAIN_DECIMAL = re.compile(r"[-+]?\d+\.\d+|[-+]?\d+\.?")
 # of exactly 3 (`1,000`, `1 000`, `-12,345.5`); `0,111` and `1,5` are not numbers with separators.
 _THOUSANDS = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?|[-+]?[1-9]\d{0,2}(?: \d{3})+(?:\.\d+)?")
 # A comma between digits that is not a thousands separator separates items (`0,111` is 0 and 111): spelled out with a
-# space so that no parser reads it as a decimal comma.
+# space, except in a lone `a,b` (`3,75`, `0,125`), which can also be a decimal comma (`DECIMAL_COMMA`).
 _ITEM_COMMA = re.compile(r"(?<=\d),(?=\d)")
+# One number with one comma: a decimal comma or a two-item list (MATH writes the solutions 0 and 1 as `0,1`).
+DECIMAL_COMMA = re.compile(r"[-+]?\d+,\d+")
 # A bold number written digit by digit (`\mathbf{3 9 2}`, OlympiadBench's style) is one number.
 _SPACED_BOLD_DIGITS = re.compile(r"\\mathbf\{\s*(\d(?:\s\d)+)\s*\}")
+# Markdown bold (`The sum is **144**.`), as small models write a final answer.
+_MARKDOWN_BOLD = re.compile(r"\*\*([^*\n]{1,200}?)\*\*")
 # Digits joined by commas or single spaces: a thousands-separated number or a list of items (see `normalize_region`).
 _DIGIT_GROUPS = re.compile(
     r"(?<![\d.,])[-+]?\d+(?:,\d+)+(?:\.\d+)?(?![\d,])|(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?![\d.,])"
 )
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\ |\\!|~)(?=\d{3}(?!\d))")
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\s*\{\s*,\s*\}\s*|,\\!|\\,|\\ |\\!|~)(?=\d{3}(?!\d))")
+# A LaTeX math span, where a comma between digits separates items, as latex2sympy reads it (`$1,22$` is {1, 22}).
+_MATH_SPAN = re.compile(r"\$\$.*?\$\$|\$[^$]*\$|\\\[.*?\\\]|\\\(.*?\\\)", re.DOTALL)
 _FLOAT_STORED_INTEGER = re.compile(r"([-+]?\d+)\.0+")
 _PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\mbox\{\s*\\?%\s*\}|\\?\s*percent)\s*$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree)\s*$")
@@ -134,17 +144,24 @@ def _boxes_backwards(text: str, max_chars: int) -> Iterator[tuple[int, int, str]
             stop = i + len(content or "")
         else:
             content = None
-        if content is not None:
+        if content is not None and content.strip():  # an empty box (`\\boxed{}`) is no answer, and no verdict
             yield start, stop, content
 
 
 def last_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
     """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) in `text`.
 
-    Unclosed or over-long groups are skipped, so a completion truncated inside `\\boxed{` falls back to its previous
-    boxed answer. At most `MAX_BOXED_TRIES` occurrences are examined, each within a `max_chars` window.
+    Empty boxes (`\\boxed{}`, `\\boxed{ }`) are skipped as if absent: `7 + 5 = 12. The answer is \\boxed{}.` is
+    read without its box, so a right unboxed answer is not cancelled. Unclosed or over-long groups are skipped, so a
+    completion truncated inside `\\boxed{` falls back to its previous boxed answer. At most `MAX_BOXED_TRIES`
+    occurrences are examined, each within a `max_chars` window.
     """
     return next((content for _, _, content in _boxes_backwards(text, max_chars)), None)
+
+
+def last_boxed_end(text: str, max_chars: int = MAX_ANSWER_CHARS) -> int:
+    """Where the last complete non-empty box of `text` ends (the index after its closing brace); -1 if none."""
+    return next((stop for _, stop, _ in _boxes_backwards(text, max_chars)), -1)
 
 
 def unclosed_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
@@ -164,12 +181,14 @@ def unclosed_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
     return rest if depth == 0 else None
 
 
-def last_boxed_group(text: str, max_gap: int = MAX_BOX_GAP) -> list[str]:
+def last_boxed_group(text: str, max_gap: int = MAX_BOX_GAP, any_words: bool = False) -> list[str]:
     """The contents of the final run of boxes: the last box and the boxes before it that only connectors separate
     from it (`, `, ` and `, `\\quad\\text{and}\\quad`; at most `max_gap` characters, no blank line).
 
     `\\boxed{(2, 2)} \\quad\\text{and}\\quad \\boxed{(6, 2)}` gives both; `\\boxed{2}, wait, no: \\boxed{1}` (a first
-    attempt, then a correction) gives only the last.
+    attempt, then a correction) gives only the last. `any_words` (golds, which do not correct themselves): words of
+    at most `max_gap` characters connect too when they hold a conjunction or no letters at all (`\\boxed{1} papers
+    and \\boxed{2} bins` and `\\boxed{35 cm} ++++ \\boxed{4}` give both; `\\boxed{1} no no no \\boxed{2}` only 2).
     """
     spans = list(_boxes_backwards(text, MAX_ANSWER_CHARS))[::-1]
     if not spans:
@@ -177,7 +196,8 @@ def last_boxed_group(text: str, max_gap: int = MAX_BOX_GAP) -> list[str]:
     group = [spans[-1]]
     for span in reversed(spans[:-1]):
         gap = text[span[1] : group[0][0]]
-        if len(gap) > max_gap or "\n\n" in gap or not _BOX_CONNECTOR.fullmatch(gap):
+        connected = _BOX_CONNECTOR.fullmatch(gap) or (any_words and _GOLD_BOX_CONNECTOR.search(gap))
+        if len(gap) > max_gap or "\n\n" in gap or not connected:
             break
         group.insert(0, span)
     return [content for _, _, content in group]
@@ -186,13 +206,15 @@ def last_boxed_group(text: str, max_gap: int = MAX_BOX_GAP) -> list[str]:
 def top_level_parts(text: str) -> list[str]:
     """`text` split at its top-level commas and semicolons (outside (), [], {} and `\\{ \\}`), and at ` and `.
 
-    A gold with several parts (`(2, 2), (6, 2)`, `1 and 2`, `\\{1, 2\\}` read as its elements) is compared with every
-    box of the completion's final group as one set.
+    A gold with several parts (`(2, 2), (6, 2)`, `1 and 2`, `\\{1, 2\\}` or `{1,2,3}` read as its elements) is
+    compared with every box of the completion's final group as one set.
     """
     inner = text.strip()
     for opening, closing in (("\\{", "\\}"), ("\\left\\{", "\\right\\}")):
         if inner.startswith(opening) and inner.endswith(closing):
             inner = inner[len(opening) : -len(closing)]
+    if inner.startswith("{") and _braced_content(inner, 0, len(inner)) == inner[1:-1]:  # `{1,2,3}`: a set
+        inner = inner[1:-1]
     parts, depth, current = [], 0, []
     for token in _PART_TOKEN.findall(inner):
         if token in ("(", "[", "{", "\\{"):
@@ -212,9 +234,10 @@ def normalize_answer(text: str) -> str:
     """Normalise an answer string where math-verify's own normalisation falls short.
 
     Strips whitespace, enclosing `$...$`, a trailing period and a trailing degree sign; turns thousands separators
-    (`10,000`, `1 000`, `10{,}000`, `10\\,000`) into plain digits, and any other comma between digits into an item
-    separator (`0,111` -> `0, 111`: a decimal comma is never guessed); `\\dfrac`/`\\tfrac` into `\\frac`; a
-    float-stored integer (`27.0`) into `27`. Percent signs are kept: `answer_variants` handles them.
+    (`10,000`, `1 000`, `10{,}000`, `14 {, }916`, `10\\,000`) into plain digits, and any other comma between digits
+    into an item separator (`1,2,3` -> `1, 2, 3`), except in a lone `a,b` (`3,75`): a decimal comma or a list, both
+    read by `answer_variants`; `\\dfrac`/`\\tfrac` into `\\frac`; a float-stored integer (`27.0`) into `27`. Percent
+    signs are kept: `answer_variants` handles them.
     """
     text = text.strip()
     match = _ENCLOSING_DOLLARS.match(text)
@@ -228,7 +251,8 @@ def normalize_answer(text: str) -> str:
     text = _LATEX_THOUSANDS.sub("", text)
     if _THOUSANDS.fullmatch(text):
         text = text.replace(",", "").replace(" ", "")
-    text = _ITEM_COMMA.sub(", ", text)
+    if not DECIMAL_COMMA.fullmatch(text):
+        text = _ITEM_COMMA.sub(", ", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     match = _FLOAT_STORED_INTEGER.fullmatch(text)
     if match:
@@ -236,24 +260,30 @@ def normalize_answer(text: str) -> str:
     return text
 
 
-def normalize_region(text: str) -> str:
+def normalize_region(text: str, decimal_comma: bool = True) -> str:
     """Normalise free text (a final-answer line, an `<answer>` tag) before math-verify reads it.
 
-    `\\mathbf{3 9 2}` becomes `392`. Thousands separators become plain digits where they are separators
-    (`1,000`, `1 000`, `10{,}000`, `10\\,000`),
-    except right inside brackets (`[1,100]` is an interval); every other comma between digits becomes an item
-    separator (`0,111` -> `0, 111`), so that no decimal comma is guessed.
+    Markdown bold loses its stars (`**144**` is 144: a number glued to `**` is no whole token). `\\mathbf{3 9 2}`
+    becomes `392`. Thousands separators become plain digits where they are separators (`1,000`, `1 000`, `10{,}000`,
+    `10\\,000`), except right inside brackets (`[1,100]` is an interval). A lone `a,b` in prose, outside math spans
+    and brackets, is a decimal comma (`environ 4,5 €` is 4.5, `0,125` is 0.125) unless `decimal_comma` is off (the
+    gold has several parts: a list context); every other comma between digits separates items (`$x = 0,5$`,
+    `1,2,3` -> `0, 5`, `1, 2, 3`), as latex2sympy reads them.
     """
-    text = _LATEX_THOUSANDS.sub("", text.strip())
+    text = _MARKDOWN_BOLD.sub(r"\1", _LATEX_THOUSANDS.sub("", text.strip()))
     text = _SPACED_BOLD_DIGITS.sub(lambda m: re.sub(r"\s+", "", m.group(1)), text)
-    return _DIGIT_GROUPS.sub(_digit_group, text)
+    spans = [(m.start(), m.end()) for m in _MATH_SPAN.finditer(text)] if decimal_comma else []
+    return _DIGIT_GROUPS.sub(lambda m: _digit_group(m, decimal_comma, spans), text)
 
 
-def _digit_group(match: re.Match) -> str:
+def _digit_group(match: re.Match, decimal_comma: bool, spans: list[tuple[int, int]]) -> str:
     token = match.group()
     inside_brackets = match.start() > 0 and match.string[match.start() - 1] in "([{"
     if _THOUSANDS.fullmatch(token) and not inside_brackets:
         return token.replace(",", "").replace(" ", "")
+    in_math = any(start < match.start() < end for start, end in spans)
+    if decimal_comma and not inside_brackets and not in_math and DECIMAL_COMMA.fullmatch(token):
+        return token.replace(",", ".")
     return token.replace(",", ", ")
 
 
@@ -266,13 +296,18 @@ def strip_percent(text: str) -> str | None:
 
 
 def answer_variants(text: str) -> list[str]:
-    """The readings of an answer that count as the same answer: itself and, for `50\\%`, `50`.
+    """The readings of an answer that count as the same answer: itself; for `50\\%`, `50`; for a lone `3,75`, `3.75`.
 
     math-verify reads `50\\%` as 0.5 and `50.0\\%` as 0.5 too, so a boxed `50\\%` would not match a gold `50`;
-    trying the number without its percent sign as well accepts it (and still accepts gold `0.5`).
+    trying the number without its percent sign as well accepts it (and still accepts gold `0.5`). `a,b` (one comma,
+    not a thousands group: `1,22`, `0,111`, `3,75`) is a decimal comma in much of the world and a two-item list in
+    MATH (`0,1`): both readings are tried, so `1.22` matches a gold `1,22` and `\\{0, 1\\}` a gold `0,1`.
     """
+    variants = [text]
+    if DECIMAL_COMMA.fullmatch(text) and not _THOUSANDS.fullmatch(text):
+        variants.append(text.replace(",", "."))
     stripped = strip_percent(text)
-    return [text] if stripped is None else [text, stripped]
+    return variants if stripped is None else [*variants, stripped]
 
 
 def normalize_gold(gold: Any) -> str | None:
@@ -297,12 +332,37 @@ def normalize_gold(gold: Any) -> str | None:
     if _GSM8K_MARK in text:
         text = text[text.rfind(_GSM8K_MARK) + len(_GSM8K_MARK) :]
     elif "\\boxed" in text or "\\fbox" in text:
-        boxes = [normalize_answer(box) for box in last_boxed_group(text)]
+        boxes = [normalize_answer(box) for box in last_boxed_group(text, any_words=True)]
         if not boxes:
             boxes = [unclosed_boxed(text) or ""]
         text = ", ".join(box for box in boxes if box)
     text = normalize_answer(text)
     return text or None
+
+
+_SPACES = re.compile(r"\s+")
+_LAST_SPAN = re.compile(r"\$+([^$]+)\$+[^$]*$")
+
+
+def _bare(text: str) -> str:
+    text = _SPACES.sub("", text).strip("$")
+    for opening, closing in (("\\(", "\\)"), ("\\[", "\\]")):
+        if text.startswith(opening) and text.endswith(closing):
+            text = text[len(opening) : -len(closing)]
+    return text
+
+
+def same_text(gold: str, answer: str, kind: str = "latex") -> bool:
+    """Normalised string identity, for answers that neither side can parse as mathematics (a clock time `12:00`
+    against `$12:00$`, `1 - \\frac{1}{\\mathrm{e}}` itself): whitespace and enclosing `$`, `\\(...\\)`, `\\[...\\]`
+    are ignored; free text is also compared by its last math span."""
+    bare_gold = _bare(gold)
+    if not bare_gold:
+        return False
+    if _bare(answer) == bare_gold:
+        return True
+    span = _LAST_SPAN.search(answer) if kind != "latex" else None
+    return span is not None and _bare(span.group(1)) == bare_gold
 
 
 def fast_numeric_verdict(gold: str, answer: str) -> bool | None:

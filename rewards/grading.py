@@ -23,6 +23,7 @@ from typing import Any
 
 from rewards.answer_policy import DEFAULT_EXTRACTION_MODE, check_extraction_mode, extract_answer
 from rewards.deadline import DeadlineExceeded, alarm_deadline, on_main_thread
+from rewards.echoes import question_numbers
 from rewards.extract import (
     Answer,
     answer_variants,
@@ -30,6 +31,7 @@ from rewards.extract import (
     fast_numeric_verdict,
     normalize_answer,
     normalize_gold,
+    same_text,
     top_level_parts,
 )
 from rewards.pool import PoolUnavailable, default_num_workers, get_pool
@@ -95,18 +97,28 @@ class Grader:
 
     # -- public API --------------------------------------------------------------------------------------------
 
-    def grade(self, completions: Sequence[Any], golds: Sequence[Any]) -> list[GradeResult]:
-        """Grade each completion (text or conversational) against the gold at the same position."""
+    def grade(
+        self, completions: Sequence[Any], golds: Sequence[Any], prompts: Sequence[Any] | None = None
+    ) -> list[GradeResult]:
+        """Grade each completion (text or conversational) against the gold at the same position.
+
+        `prompts` (optional, aligned): the prompt or question of each completion, text or conversational (what TRL
+        passes to rewards as `prompts`). With it, an answer that restates the question's numbers instead of computing
+        with them is caught in more forms (`rewards.echoes`); without it, unevaluated arithmetic still scores 0.
+        """
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers: they must align.")
+        if prompts is not None and len(prompts) != len(golds):
+            raise ValueError(f"{len(prompts)} prompts but {len(golds)} gold answers: they must align.")
         gold_texts = _normalize_golds(golds)
+        questions = _question_numbers(prompts, len(golds))
         multipart = {g: len(top_level_parts(g)) > 1 for g in set(gold_texts) if g is not None}
         answers = [
             extract_answer(completion_text(c), self.extraction_mode, multipart.get(g, False))
             for c, g in zip(completions, gold_texts, strict=True)
         ]
-        pairs = zip(gold_texts, answers, strict=True)
-        keys = [None if g is None or a is None else (g, a.text, a.kind, a.context) for g, a in pairs]
+        pairs = zip(gold_texts, answers, questions, strict=True)
+        keys = [None if g is None or a is None else (g, a.text, a.kind, a.context, q) for g, a, q in pairs]
         known = self._lookup(keys)
         slow = list(dict.fromkeys(k for k, v in zip(keys, known, strict=True) if k is not None and v is None))
         if slow:
@@ -160,9 +172,10 @@ class Grader:
             if key is None:
                 known.append(None)
                 continue
-            gold, answer, _, _ = key
-            if gold in self._unparsable_golds:
-                known.append((OK, (None, None)))
+            gold, answer = key[:2]
+            if gold in self._unparsable_golds:  # only the same text can match it (`same_text`)
+                same = same_text(gold, answer, key[2])
+                known.append((OK, (True, None if key[2] == "latex" else answer) if same else (None, None)))
                 continue
             cached = self._verdicts.get(key)
             if cached is not None:
@@ -222,6 +235,7 @@ class Grader:
         return [self._verify_here(name, job) for job in jobs]
 
     def _verify_here(self, name: str, job: tuple) -> tuple[str, Any]:
+        import rewards.equivalence  # noqa: F401 - before the alarm: an import it cuts short leaves broken modules
         from rewards._worker import FUNCTIONS
 
         function = FUNCTIONS[name]
@@ -238,6 +252,20 @@ class Grader:
             return TIMEOUT, None
         except Exception as exc:  # noqa: BLE001 - a verifier error is a failed completion, not a crashed step
             return ERROR, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def _question_numbers(prompts: Sequence[Any] | None, size: int) -> list[tuple[str, ...]]:
+    """`question_numbers` of each prompt, once per distinct prompt (a group's G completions share theirs)."""
+    if prompts is None:
+        return [()] * size
+    cache: dict[Any, tuple[str, ...]] = {}
+    numbers = []
+    for prompt in prompts:
+        key = prompt if isinstance(prompt, str) else repr(prompt)
+        if key not in cache:
+            cache[key] = question_numbers(prompt)
+        numbers.append(cache[key])
+    return numbers
 
 
 def _normalize_golds(golds: Sequence[Any]) -> list[str | None]:
@@ -273,9 +301,15 @@ def get_grader(
         return _GRADERS[key]
 
 
-def grade_batch(completions: Sequence[Any], golds: Sequence[Any], grader: Grader | None = None) -> list[GradeResult]:
-    """Grade many (completion, gold) pairs at once, in parallel (the default grader unless one is given)."""
-    return (grader or get_grader()).grade(completions, golds)
+def grade_batch(
+    completions: Sequence[Any],
+    golds: Sequence[Any],
+    grader: Grader | None = None,
+    prompts: Sequence[Any] | None = None,
+) -> list[GradeResult]:
+    """Grade many (completion, gold) pairs at once, in parallel (the default grader unless one is given); `prompts`
+    as in `Grader.grade`."""
+    return (grader or get_grader()).grade(completions, golds, prompts)
 
 
 def grade_answer(completion: Any, gold: Any, grader: Grader | None = None) -> tuple[bool | None, str | None]:

@@ -104,12 +104,13 @@ class CosineLengthReward:
         report: RewardReport,
         answer: list | None = None,
         completion_ids: list | None = None,
+        prompts: list | None = None,
         **kwargs,
     ):
         if answer is None:
             raise missing_column_error("cosine_length", "answer", kwargs)
         lengths = token_lengths("cosine_length", completion_ids, kwargs)
-        results = self.grader.grade(texts, answer)
+        results = self.grader.grade(texts, answer, prompts)
         record_grades(self.grader, results, list(answer), report)
         return [
             None if r.verdict is None else cosine_scaled(n, r.verdict, self.max_length, **self.values)

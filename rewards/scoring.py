@@ -36,6 +36,20 @@ class ScoreArguments:
         default=None, metadata={"help": "L_max of the length rewards (as the trainer's max_completion_length)."}
     )
     batch_size: int = field(default=1024, metadata={"help": "Rows scored per reward call."})
+    truncated_column: str = field(
+        default="truncated",
+        metadata={
+            "help": "Column marking completions cut off by the token budget (make eval's samples.jsonl has it); its "
+            "rows are counted separately in the summary."
+        },
+    )
+    truncated_as_wrong: bool = field(
+        default=False,
+        metadata={
+            "help": "Truncated rows earn no credit: every positive score becomes 0 (penalties such as overlong's "
+            "stay), as the Dr.GRPO paper scores a cut-off completion 0. Needs the truncated_column."
+        },
+    )
     show: int = field(default=20, metadata={"help": "How many None/failed rows to print."})
 
 
@@ -93,6 +107,17 @@ def reward_kwargs(rows: Sequence[dict], completion_column: str, answer_column: s
     return kwargs
 
 
+def truncated_flags(rows: Sequence[dict], column: str, required: bool) -> list[bool]:
+    """Whether each row's completion was cut off (`column` truthy); a missing column is all False, or, when
+    `required` (`--truncated_as_wrong`), a one-line error naming the column and the fix."""
+    if required and not any(column in row for row in rows):
+        raise ValueError(
+            f"--truncated_as_wrong: no row has a {column!r} column marking cut-off completions; set "
+            "--truncated_column to the column that does (make eval's samples.jsonl has 'truncated')."
+        )
+    return [bool(row.get(column)) for row in rows]
+
+
 def score_rows(
     rows: Sequence[dict],
     reward_funcs: Sequence[SafeReward],
@@ -101,12 +126,19 @@ def score_rows(
     tokenizer=None,
     batch_size: int = 1024,
     counters: dict[str, dict[str, int]] | None = None,
+    truncated: Sequence[bool] | None = None,
+    truncated_as_wrong: bool = False,
 ) -> list[dict]:
-    """Per-row results: `{"index", "<name>": score, "<name>_failed": bool, "<name>_detail": str|None}` per reward.
+    """Per-row results: `{"index", "truncated", "<name>": score, "<name>_failed": bool, "<name>_detail": str|None}`
+    per reward.
 
     `counters`, when given, is filled with each reward's counts summed over the batches (`RewardReport.counters`:
-    the code reward's timeouts, crashes, sandbox errors, ...)."""
-    results = [{"index": i} for i in range(len(rows))]
+    the code reward's timeouts, crashes, sandbox errors, ...). `truncated` (aligned flags): with
+    `truncated_as_wrong`, those rows' positive scores become 0 and their detail says so."""
+    truncated = list(truncated) if truncated is not None else [False] * len(rows)
+    if len(truncated) != len(rows):
+        raise ValueError(f"{len(truncated)} truncated flags for {len(rows)} rows: they must align.")
+    results = [{"index": i, "truncated": truncated[i]} for i in range(len(rows))]
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         kwargs = reward_kwargs(batch, completion_column, answer_column, tokenizer)
@@ -123,21 +155,28 @@ def score_rows(
                 result[reward.__name__] = score
                 result[f"{reward.__name__}_failed"] = report.failed[offset]
                 result[f"{reward.__name__}_detail"] = report.details[offset]
+                if truncated_as_wrong and result["truncated"] and score is not None and score > 0:
+                    result[reward.__name__] = 0.0
+                    result[f"{reward.__name__}_detail"] = f"truncated, counted wrong (graded {score:g})"
     return results
 
 
 def summarize(results: Sequence[dict], names: Sequence[str]) -> dict[str, dict]:
-    """Per reward: rows, mean over scored rows, share of rows scoring 1.0 (accuracy), None count, failures."""
+    """Per reward: rows, mean over scored rows, share of rows scoring 1.0 (accuracy), None count, failures, and the
+    truncated rows apart: how many, and how many of them the reward scored 1.0 (after `truncated_as_wrong`)."""
     summary = {}
     for name in names:
         scores = [r[name] for r in results]
         scored = [s for s in scores if s is not None]
+        truncated = [r[name] for r in results if r.get("truncated")]
         summary[name] = {
             "rows": len(scores),
             "mean": sum(scored) / len(scored) if scored else None,
             "share_1.0": sum(s == 1.0 for s in scored) / len(scored) if scored else None,
             "none": len(scores) - len(scored),
             "failures": sum(bool(r[f"{name}_failed"]) for r in results),
+            "truncated": len(truncated),
+            "truncated_1.0": sum(s == 1.0 for s in truncated),
         }
     return summary
 

@@ -1,11 +1,12 @@
 """Check that a GPU install resolves to a supported stack, without installing anything (pip's resolver in dry-run).
 
-make check-install [TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"] [EXTRAS=dev,vllm]
+make check-install [TORCH="torch==2.13.0"] [CHECK_EXTRAS=dev,vllm] [CHECK_ARGS="vllm==0.30.0"]
 python scripts/check_install.py --pip_args "torch==2.13.0" --extras dev,vllm
 python scripts/check_install.py --report report.json     # check a saved `pip install --dry-run --report` instead
 
-Checks vLLM against the range TRL supports, torch against the release asked for, and the requirements vLLM, torch,
-transformers, TRL and this project state on each other (drgrpo/setup/install_check.py). Exits 1 on a problem.
+Checks vLLM against the range TRL supports, torch against the release asked for, the requirements vLLM, torch,
+transformers, TRL and this project state on each other, and that torch, torchvision and vLLM are builds for one CUDA
+major version (drgrpo/setup/install_check.py). Prints the NVIDIA driver that CUDA version needs. Exits 1 on a problem.
 """
 
 import argparse
@@ -14,7 +15,14 @@ import shlex
 from pathlib import Path
 
 from drgrpo.core.errors import run_main
-from drgrpo.setup.install_check import check_report, format_versions, resolve, torch_request, trl_vllm_range
+from drgrpo.setup.install_check import (
+    check_report,
+    cuda_summary,
+    format_versions,
+    resolve,
+    torch_request,
+    trl_vllm_range,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,10 +47,12 @@ def main() -> int:
             return 1
     problems = check_report(report, vllm_range=vllm_range, torch_requirement=torch_request(pip_args), extras=extras)
     print(f"resolved: {format_versions(report)}")
+    print(f"CUDA builds: {cuda_summary(report)}")
     if problems:
         print("check-install: FAILED\n" + "\n".join(f"- {problem}" for problem in problems))
         return 1
-    print(f"check-install: OK (vLLM within TRL's supported {vllm_range[0]}-{vllm_range[1]}; versions consistent)")
+    supported = f"{vllm_range[0]}-{vllm_range[1]}"
+    print(f"check-install: OK (vLLM within TRL's supported {supported}; versions and CUDA builds consistent)")
     return 0
 
 

@@ -46,6 +46,7 @@ def main() -> None:
         load_rows,
         score_rows,
         summarize,
+        truncated_flags,
     )
 
     args, reward_args = HfArgumentParser((ScoreArguments, RewardArguments)).parse_args_into_dataclasses()
@@ -58,7 +59,18 @@ def main() -> None:
 
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     counters: dict = {}
-    results = score_rows(rows, funcs, args.completion_column, answer_column, tokenizer, args.batch_size, counters)
+    truncated = truncated_flags(rows, args.truncated_column, args.truncated_as_wrong)
+    results = score_rows(
+        rows,
+        funcs,
+        args.completion_column,
+        answer_column,
+        tokenizer,
+        args.batch_size,
+        counters,
+        truncated,
+        args.truncated_as_wrong,
+    )
     names = [f.__name__ for f in funcs]
     output = Path(args.output or Path(args.input).with_suffix(".scored.jsonl"))
     with output.open("w") as f:
@@ -69,6 +81,11 @@ def main() -> None:
         mean = "n/a" if stats["mean"] is None else f"{stats['mean']:.4f}"
         share = "n/a" if stats["share_1.0"] is None else f"{stats['share_1.0']:.2%}"
         print(f"{name}: mean {mean}, scored 1.0: {share}, None: {stats['none']}, failures: {stats['failures']}")
+        if stats["truncated"]:
+            rule = (
+                "counted wrong" if args.truncated_as_wrong else "graded as they are; --truncated_as_wrong counts them 0"
+            )
+            print(f"  {stats['truncated']} truncated rows ({rule}): {stats['truncated_1.0']} scored 1.0")
     for name in names:
         line = counter_line(name, counters.get(name, {}))
         if line:

@@ -72,7 +72,8 @@ def test_numbers_close_is_the_absolute_or_relative_rule():
 
 
 def test_tokens_integers_exact_floats_tolerant():
-    assert tokens_equal("3.0000001", "3", 1e-6)
+    assert tokens_equal("3.0000001", "3.0", 1e-6)  # the tolerance is the expected float's
+    assert not tokens_equal("3.0000001", "3", 1e-6)  # an expected integer is matched exactly
     assert not tokens_equal("1000000000000000001", "1000000000000000000", 1e-6)  # integers: exact
     assert not tokens_equal("YES", "yes", 1e-6)
 
@@ -85,7 +86,7 @@ def test_outputs_match_normalises_whitespace_line_by_line():
 
 
 def test_call_values_compare_deeply_and_unwrap_apps_lists():
-    assert values_equal({"a": [1, 2.0000001]}, {"a": [1, 2]})
+    assert values_equal({"a": [1, 2.0000001]}, {"a": [1, 2.0]})
     assert not values_equal(True, 1) and not values_equal(1, True)
     assert call_matches(5, [5]) and call_matches([1, 2], [[1, 2]]) and not call_matches(5, [5, 5])
 

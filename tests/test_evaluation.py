@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
 
 from drgrpo import evaluation as ev
 from drgrpo.evaluation import backends
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------------------------------------------------
 # pass@k
@@ -382,6 +386,57 @@ def test_summarize_hand_computed():
     assert summary["no_answer_rate"] == pytest.approx(1 / 6)
     assert summary["unparsable_golds"] == 1
     assert summary["grading_failures"] == 0
+
+
+TRUNCATED_ROWS = [
+    # problem 0: both right, the second cut off by the token budget
+    _row(0, 0, True, "5", 10),
+    _row(0, 1, True, "5", 99, truncated=True),
+    # problem 1: a wrong finished answer, and a cut-off text in which the grader found the right number
+    _row(1, 0, False, "7", 20),
+    _row(1, 1, True, "3", 99, truncated=True),
+]
+
+
+def test_truncated_samples_are_reported_apart_and_can_be_counted_wrong():
+    graded = ev.summarize(TRUNCATED_ROWS, n=2, equivalent=fraction_equivalent)
+    assert (graded["truncated_samples"], graded["truncated_graded_correct"], graded["truncated_as_wrong"]) == (
+        2,
+        2,
+        False,
+    )
+    assert graded["pass@1"] == pytest.approx(3 / 4)
+    assert graded["maj@2"] == pytest.approx(1 / 2)  # problem 1: a tie, won by the first answer (7, wrong)
+    paper = ev.summarize(TRUNCATED_ROWS, n=2, equivalent=fraction_equivalent, truncated_as_wrong=True)
+    assert (paper["truncated_samples"], paper["truncated_graded_correct"], paper["truncated_as_wrong"]) == (2, 2, True)
+    assert paper["pass@1"] == pytest.approx(1 / 4)
+    assert paper["pass@2"] == pytest.approx((1 + 0) / 2)
+    assert paper["maj@2"] == pytest.approx(1 / 2)  # a cut-off sample does not vote: problem 0 is still 5
+    assert paper["mean_length_correct"] == pytest.approx(10)
+    assert paper["mean_length_incorrect"] == pytest.approx((99 + 20 + 99) / 3)
+    markdown = ev.summary_markdown(
+        {
+            **paper,
+            **{k: "x" for k in ("benchmark", "model", "prompt_template")},
+            "n": 2,
+            "temperature": 0,
+            "top_p": 1,
+            "max_new_tokens": 99,
+            "seed": 0,
+            "backend": "b",
+        }
+    )
+    assert "| truncated samples graded correct (counted wrong) | 2 of 2 |" in markdown
+
+
+def test_make_eval_counts_truncated_samples_wrong_for_the_paper_suite():
+    def dry_run(bench: str) -> str:
+        command = ["make", "-n", "-o", "install", "eval", f"BENCH={bench}", "MODEL=m", "PY=python"]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    assert "--truncated_as_wrong true" in dry_run("paper")
+    assert "--truncated_as_wrong" not in dry_run("math500")
+    assert ev.EvalArguments(model_name_or_path="m").truncated_as_wrong is False
 
 
 def test_summarize_refuses_an_incomplete_run():

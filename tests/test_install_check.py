@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import urllib.request
 
@@ -11,7 +14,15 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from drgrpo.setup.install_check import check_report, dry_run_command, torch_request, trl_vllm_range
+from drgrpo.setup.install_check import (
+    check_report,
+    cuda_build,
+    cuda_builds,
+    cuda_summary,
+    dry_run_command,
+    torch_request,
+    trl_vllm_range,
+)
 
 TRL_RANGE = (Version("0.22.0"), Version("0.31.0"))
 
@@ -112,18 +123,133 @@ def pypi_reachable() -> bool:
 
 
 def check_install(pip_args: str) -> subprocess.CompletedProcess:
+    """`scripts/check_install.py` as a user's pip runs it: this machine's own pip configuration (local find-links
+    holding a CPU torch, local mirrors) is switched off, so that pip resolves from PyPI alone."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
     command = [PYTHON, "scripts/check_install.py", "--pip_args", pip_args, "--extras", "dev,vllm"]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
 
 
 @pytest.mark.slow
 def test_real_resolver_passes_the_documented_line_and_fails_vllm_0_33():
-    """`make check-install` as docs/install.md runs it (a minute or two: pip downloads metadata only)."""
+    """`make check-install` as docs/install.md runs it (a minute or two: pip downloads metadata only): the README's
+    GPU line resolves to torch, torchvision and vLLM of one CUDA major version."""
     if not pypi_reachable():
         pytest.skip("PyPI is not reachable from this machine: pip's resolver cannot run")
     good = check_install("torch==2.13.0")
     assert good.returncode == 0, good.stdout + good.stderr[-3000:]
     assert "check-install: OK" in good.stdout and "vllm 0.30.0" in good.stdout.lower()
+    assert "CUDA builds: CUDA 13 (torch, torchvision, vllm): NVIDIA driver R580 or newer" in good.stdout
     bad = check_install("torch==2.13.0 vllm==0.33.0")
     assert bad.returncode == 1 and "check-install: FAILED" in bad.stdout
     assert "torch" in bad.stdout  # pip names the torch vLLM 0.33 pins, or the check names the replaced torch
+
+
+# Real wheel metadata from PyPI (requirements under an extra left out): vLLM 0.30.0 and 0.22.0, torch 2.13.0 and
+# 2.11.0, torchvision 0.28.0. Every vLLM release TRL 1.16 supports pins one of these torch releases.
+PYPI = json.loads((ROOT / "tests" / "fixtures" / "pypi_cuda_metadata.json").read_text())
+LINUX = {"platform_system": "Linux", "sys_platform": "linux", "python_version": "3.11", "platform_machine": "x86_64"}
+
+
+def pypi_package(key: str, version: str | None = None) -> dict:
+    metadata = dict(PYPI[key])
+    if version is not None:  # the same release from another index, with its local version label
+        metadata["version"] = version
+    return {"metadata": metadata, "requested": False}
+
+
+def gpu_report(torch_version: str | None = None, torchvision_version: str | None = None) -> dict:
+    return {
+        "version": "1",
+        "environment": LINUX,
+        "install": [
+            PROJECT,
+            TRL,
+            pypi_package("vllm 0.30.0 (PyPI)"),
+            pypi_package("torch 2.13.0 (PyPI)", torch_version),
+            pypi_package("torchvision 0.28.0 (PyPI)", torchvision_version),
+            package("transformers", "5.24.0"),
+        ],
+    }
+
+
+def test_cuda_builds_are_read_from_pypi_metadata_and_version_labels():
+    torch = PYPI["torch 2.13.0 (PyPI)"]
+    assert cuda_build(torch, LINUX).major == 13  # cuda-toolkit[...]==13.0.3, nvidia-*-cu13
+    assert cuda_build(PYPI["torch 2.11.0 (PyPI)"], LINUX).major == 13
+    assert cuda_build(torch, {**LINUX, "platform_system": "Darwin"}) is None  # the CUDA deps are Linux-only
+    vllm = cuda_build(PYPI["vllm 0.30.0 (PyPI)"], LINUX)
+    assert vllm.major == 13 and "nvidia-cutlass-dsl[cu13]" in vllm.evidence
+    assert cuda_build(PYPI["vllm 0.22.0 (PyPI)"], LINUX).major == 13
+    assert cuda_build(PYPI["torchvision 0.28.0 (PyPI)"], LINUX) is None  # PyPI's torchvision names no CUDA library
+    assert cuda_build({**torch, "version": "2.13.0+cu128"}).major == 12
+    assert cuda_build({**torch, "version": "2.13.0+cu130"}).major == 13
+    assert cuda_build({**torch, "version": "2.13.0+cpu"}).major is None
+    assert cuda_build({"name": "vllm", "version": "0.30.0+cu129"}).major == 12
+
+
+def test_pypi_stack_is_one_cuda_major_and_names_the_driver():
+    good = gpu_report()
+    assert check_report(good, vllm_range=TRL_RANGE, torch_requirement=Requirement("torch==2.13.0")) == []
+    assert cuda_summary(good) == "CUDA 13 (torch, torchvision, vllm): NVIDIA driver R580 or newer"
+    assert cuda_builds(good)["torchvision"].evidence == "PyPI's build for torch 2.13.0"
+
+
+def test_a_cuda_12_torch_under_cuda_13_vllm_is_refused_in_one_line():
+    """pip accepts torch 2.13.0+cu128 for vLLM's `torch==2.13.0`; the check does not."""
+    mixed = gpu_report("2.13.0+cu128", "0.28.0+cu128")
+    problems = check_report(mixed, vllm_range=TRL_RANGE, torch_requirement=Requirement("torch==2.13.0"))
+    assert problems == [
+        "torch 2.13.0+cu128 is a CUDA 12 build, but vllm 0.30.0 is a CUDA 13 build (it requires "
+        "nvidia-cutlass-dsl[cu13]==4.7.1): its compiled code will not load; use PyPI's torch, a CUDA 13 build "
+        '(TORCH="torch==2.13.0", NVIDIA driver R580+; docs/install.md).'
+    ]
+    assert "\n" not in problems[0]
+    cpu = check_report(gpu_report("2.13.0+cpu"), vllm_range=TRL_RANGE)
+    assert cpu[0].startswith("torch 2.13.0+cpu is a CPU build, but vllm 0.30.0 is a CUDA 13 build")
+
+
+def test_torchvision_of_another_cuda_build_than_torch_is_refused():
+    labelled = check_report(gpu_report("2.13.0+cu130", "0.28.0+cu128"), vllm_range=TRL_RANGE)
+    assert labelled == [
+        "torch 2.13.0+cu130 is a CUDA 13 build, but torchvision 0.28.0+cu128 is a CUDA 12 build (torchvision "
+        "0.28.0+cu128): its compiled code will not load; use the torch build it was built for, or builds of both for "
+        "one CUDA version (docs/install.md)."
+    ]
+    untagged = check_report(gpu_report("2.13.0+cu130"), vllm_range=TRL_RANGE)
+    assert untagged == [
+        "torchvision 0.28.0 has no CUDA tag (PyPI's build, for PyPI's torch), but torch 2.13.0+cu130 is a CUDA 13 "
+        "build from another index: take torch and torchvision from the same index."
+    ]
+
+
+def test_check_install_script_refuses_a_saved_mixed_report(tmp_path):
+    """`scripts/check_install.py --report` on the +cu128-under-CUDA-13 resolution: exit 1, the reason on one line."""
+    saved = tmp_path / "report.json"
+    saved.write_text(json.dumps(gpu_report("2.13.0+cu128", "0.28.0+cu128")))
+    command = [PYTHON, "scripts/check_install.py", "--report", str(saved), "--pip_args", "torch==2.13.0"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "check-install: FAILED\n- torch 2.13.0+cu128 is a CUDA 12 build, but vllm 0.30.0 is a CUDA 13 build" in (
+        result.stdout
+    )
+    saved.write_text(json.dumps(gpu_report()))
+    good = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0
+    assert "CUDA builds: CUDA 13 (torch, torchvision, vllm): NVIDIA driver R580 or newer" in good.stdout
+
+
+def test_no_doc_or_command_recommends_a_torch_of_another_cuda_major():
+    """Every vLLM in TRL's range is a CUDA 13 build: no install line in the README, docs, Makefile or scripts points
+    torch at a CUDA 12 (or older) PyTorch index. docs/install.md names that index once, in prose, as what breaks."""
+    index = re.compile(r"download\.pytorch\.org/whl/cu1[0-2]\d")
+    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").glob("*.md"))]
+    files += [*sorted((ROOT / "scripts").rglob("*.py")), *sorted((ROOT / "scripts").rglob("*.sh"))]
+    offending = []
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            is_command = path.suffix != ".md" or line.startswith("    ")  # a code line, not prose
+            if is_command and index.search(line):
+                offending.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offending, offending

@@ -423,9 +423,12 @@ def test_broken_recipes_are_rejected_with_the_fix(tmp_path, source, changes, key
 
 
 def test_a_full_8b_fine_tune_does_not_fit_two_gpus():
-    """ZeRO-3 on 2 GPUs: 4 x 622M + 18 x 8.19B / 2 bytes = 76 GB of model states, plus 24 GiB of colocated vLLM."""
+    """ZeRO-3 on 2 GPUs: 4 x 622M + 18 x 8.19B / 2 bytes = 76 GB of model states: with 24 GiB of colocated vLLM
+    generation does not fit, and neither does training with 33.7 GiB of activations."""
     report = plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo.yaml", num_processes=2)
-    assert [f.key for f in report.errors] == ["memory"]
+    assert [f.key for f in report.errors] == ["memory", "memory"]
+    assert report.errors[0].message.startswith("Generation needs 95.0 GiB per GPU (ZeRO-3 model states 71.0 GiB")
+    assert report.errors[1].message.startswith("Training needs 104.6 GiB per GPU (ZeRO-3 model states 71.0 GiB")
     assert any(f.key == "world size" and f.level == "warning" for f in report.findings)
     # ...while the LoRA variant does: 2 bytes per frozen parameter instead of 18 + 2.
     assert plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo_lora.yaml", num_processes=2).ok

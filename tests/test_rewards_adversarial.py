@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from rewards import Grader, RewardArguments, RewardFunctionError, get_grader, get_reward_funcs
+from rewards import RewardArguments, RewardFunctionError, get_grader, get_reward_funcs
 from rewards.deadline import DeadlineExceeded, alarm_deadline, call_with_deadline
 from rewards.pool import VerifierPool
+
+ROOT = Path(__file__).resolve().parents[1]
 
 TIMEOUT = 0.5
 
@@ -125,12 +130,50 @@ def test_a_job_that_ignores_the_alarm_gets_its_worker_killed_gone_and_replaced()
         assert pool.map("ping", [("after",)], timeout=5.0) == [("ok", "after")]
 
 
+# Slow in sympy (expanding two degree-100,000 polynomials), but in Python code that the alarm interrupts, and small
+# enough (rewards.magnitude) not to be refused unevaluated: what an in-process deadline is for.
+SLOW_ANSWER = "\\boxed{(x+1)^{100000} - (x-1)^{100000}}"
+TOWER = "\\boxed{10^{10^{10^{10}}}}"  # 10^{10^{10}} alone has 10^10 digits
+
+
+def run_python(script: str, limit: float = 60.0) -> list[str]:
+    """Run `script` in a fresh interpreter, killed after `limit` seconds: a regression that hangs fails the test
+    instead of hanging the suite. Returns its stdout lines."""
+    try:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=limit, cwd=ROOT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"still running after {limit:g} s (killed): {str(exc.stderr or '')[-2000:]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split("\n")
+
+
 def test_in_process_grading_is_bounded_on_the_main_thread():
-    grader = Grader(timeout=0.5, num_workers=0)
-    start = time.monotonic()
-    (result,) = grader.grade(["\\boxed{10^{10^{10^{10}}}}"], ["1"])
-    assert result.status == "timeout" and result.verdict is False
-    assert time.monotonic() - start < 10
+    # A power tower is refused before sympy evaluates it; a slow answer is stopped by the alarm. Both in a child
+    # process with a hard limit: with the pool off nothing else could stop a computation the alarm cannot reach.
+    script = (
+        "import time\n"
+        "from rewards.grading import Grader\n"
+        "from rewards.equivalence import verify_answer\n"
+        "verify_answer('\\\\frac{1}{2}', '0.5')  # math-verify's grammar loads outside the deadline\n"
+        "grader = Grader(timeout=0.5, num_workers=0)\n"
+        f"for text in [{TOWER!r}, {SLOW_ANSWER!r}]:\n"
+        "    start = time.monotonic()\n"
+        "    (r,) = grader.grade([text], ['1'])\n"
+        "    print(r.status, r.verdict, time.monotonic() - start < 10)\n"
+    )
+    assert run_python(script)[:2] == ["error False True", "timeout False True"]
+
+
+def test_a_first_in_process_timeout_does_not_break_later_grading():
+    # The first in-process verification imports math-verify; a deadline that cut that import short left half-built
+    # modules behind, and every free-text answer graded afterwards in that process read as "no answer".
+    script = (
+        "from rewards.grading import Grader\n"
+        f"print(Grader(timeout=0.5, num_workers=0).grade([{SLOW_ANSWER!r}], ['1'])[0].status)\n"
+        "r = Grader(timeout=5, num_workers=0).grade(['We have 72 so far. Next, \\\\boxed{7'], ['72'])[0]\n"
+        "print(r.status, r.verdict)\n"
+    )
+    assert run_python(script, limit=120)[:2] == ["timeout", "ok True"]
 
 
 def test_alarm_deadline_nests_and_call_with_deadline_works_off_the_main_thread():

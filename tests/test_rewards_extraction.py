@@ -28,9 +28,8 @@ FRAGMENTS: list[tuple[str, str]] = [
     ("12", "The serial number is X12B."),
     ("4", "The area is $4\\pi$."),
     ("5", "First I found 5 apples; then 3 + 4 = 7.\n\nSo the total is seven."),  # an earlier number
-    ("111", f"{B}{{0,111}}"),  # a leading 0 is no thousands group
-    ("0.111", f"{B}{{0,111}}"),  # nor is a decimal comma guessed
-    ("1.5", f"The ratio is {B}{{1,5}}."),
+    ("111", f"{B}{{0,111}}"),  # a leading 0 is no thousands group (0,111 is 0.111 or the items 0 and 111)
+    ("15", f"The ratio is {B}{{1,5}}."),
     ("\\boxed{1}\\boxed{2}", f"{B}{{2}}"),  # a two-part gold is not its last box
     ("(2, 2), (6, 2)", f"{B}{{(6, 2)}}"),
     ("1, 2", f"{B}{{1}}, {B}{{2}}, {B}{{3}}"),  # boxing extra candidates is not the set
@@ -205,7 +204,8 @@ def test_top_level_parts(gold, parts):
     ("text", "expected"),
     [
         ("We have 1,000 and 1 000 and 10{,}000 and 10\\,000.", "We have 1000 and 1000 and 10000 and 10000."),
-        ("0,111 and 1,5 and 12,34", "0, 111 and 1, 5 and 12, 34"),
+        ("0,111 and 1,5 and 12,34", "0.111 and 1.5 and 12.34"),  # lone a,b in prose: decimal commas
+        ("$x = 0,5$ and 1,2,3", "$x = 0, 5$ and 1, 2, 3"),  # inside math, or several commas: items
         ("$[1,100]$ and $(2,500)$", "$[1, 100]$ and $(2, 500)$"),
         ("-12,345.5", "-12345.5"),
     ],
@@ -220,7 +220,7 @@ def test_normalize_region_separators(text, expected):
         ("\\boxed{1}\\boxed{2}", "1, 2"),
         ("First $\\boxed{3}$, not $\\boxed{4}$. Final: $\\boxed{5}$.", "5"),
         ("\\boxed{\\frac{1}{2}", "\\frac{1}{2}"),
-        ("0,111", "0, 111"),
+        ("0,111", "0,111"),  # kept whole: read as 0.111 and as the items 0 and 111 (`answer_variants`)
         ("1 000", "1000"),
         ("#### 1 000", "1000"),
     ],

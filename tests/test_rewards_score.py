@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rewards import RewardArguments, get_reward_funcs
-from rewards.scoring import flagged_rows, load_rows, score_rows, summarize
+from rewards.scoring import flagged_rows, load_rows, score_rows, summarize, truncated_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = [
@@ -28,7 +28,15 @@ def test_score_rows_summary_and_flagged_rows():
     assert [r["accuracy_detail"] for r in results] == ["72", "5", "gold_unparsable", "4"]
     assert [r["boxed_format"] for r in results] == [1.0, 0.0, 1.0, 0.0]
     summary = summarize(results, ["accuracy", "boxed_format"])
-    assert summary["accuracy"] == {"rows": 4, "mean": 2 / 3, "share_1.0": 2 / 3, "none": 1, "failures": 0}
+    assert summary["accuracy"] == {
+        "rows": 4,
+        "mean": 2 / 3,
+        "share_1.0": 2 / 3,
+        "none": 1,
+        "failures": 0,
+        "truncated": 0,
+        "truncated_1.0": 0,
+    }
     assert summary["boxed_format"]["mean"] == 0.5
     assert [r["index"] for r in flagged_rows(results, ["accuracy", "boxed_format"])] == [2]
 
@@ -57,6 +65,43 @@ def test_score_script_writes_results_and_prints_the_summary(tmp_path, monkeypatc
     assert "1 rows scored None or failed" in printed and "row 2: gold=''" in printed
     written = [json.loads(line) for line in output.read_text().splitlines()]
     assert [w["accuracy"] for w in written] == [1.0, 0.0, None, 1.0]
+
+
+TRUNCATED_ROWS = [
+    {"completion": "so \\boxed{72}", "answer": "72", "truncated": False},
+    {"completion": "48 + 24 = 72 and then we need to subtract the \\boxed{72", "answer": "72", "truncated": True},
+    {"completion": "We have 72 so far. Next, \\boxed{7", "answer": "72", "truncated": True},
+]
+
+
+def test_truncated_rows_are_counted_apart_and_can_be_scored_wrong():
+    funcs = get_reward_funcs(["accuracy", "boxed_format"], RewardArguments(reward_num_workers=0))
+    flags = truncated_flags(TRUNCATED_ROWS, "truncated", required=True)
+    graded = score_rows(TRUNCATED_ROWS, funcs, truncated=flags)
+    assert [r["accuracy"] for r in graded] == [1.0, 1.0, 1.0]  # cut-off text with the number in it is graded right
+    assert summarize(graded, ["accuracy"])["accuracy"]["truncated"] == 2
+    assert summarize(graded, ["accuracy"])["accuracy"]["truncated_1.0"] == 2
+    paper = score_rows(TRUNCATED_ROWS, funcs, truncated=flags, truncated_as_wrong=True)
+    assert [r["accuracy"] for r in paper] == [1.0, 0.0, 0.0]
+    assert paper[1]["accuracy_detail"] == "truncated, counted wrong (graded 1)"
+    assert summarize(paper, ["accuracy"])["accuracy"]["truncated_1.0"] == 0
+
+
+def test_truncated_as_wrong_needs_the_column():
+    with pytest.raises(ValueError, match=r"--truncated_as_wrong: no row has a 'cut' column.*--truncated_column"):
+        truncated_flags(ROWS, "cut", required=True)
+    assert truncated_flags(ROWS, "cut", required=False) == [False] * len(ROWS)
+
+
+def test_score_script_reports_truncated_rows(tmp_path, monkeypatch, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in TRUNCATED_ROWS))
+    argv = ["score.py", "--input", str(rows), "--reward_funcs", "accuracy", "--reward_num_workers", "0"]
+    monkeypatch.setattr(sys, "argv", argv + ["--truncated_as_wrong", "true"])
+    runpy.run_path(str(ROOT / "scripts" / "score.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "accuracy: mean 0.3333" in printed
+    assert "2 truncated rows (counted wrong): 0 scored 1.0" in printed
 
 
 def run_score(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-import stat
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,28 +105,86 @@ def test_missing_slurm_environment_is_explained():
 
 FAKE_SRUN = """#!/bin/bash
 # Fake srun: run the command once per node of --nodelist, as Slurm would on each node (SLURMD_NODENAME set); each
-# node's output goes to $SRUN_OUTPUT/<node>.out (the server step runs in the background, so outputs would interleave).
+# node's output goes to $SRUN_OUTPUT/<node>.out (the server step runs in the background, so outputs would interleave),
+# and the step's options to $SRUN_OUTPUT/<node>.srun (one per line).
 nodelist=""
+options=()
 while [[ $1 == --* ]]; do
+    options+=("$1")
     case $1 in --nodelist=*) nodelist=${1#--nodelist=} ;; esac
     shift
 done
 IFS=',' read -ra nodes <<<"$nodelist"
 for node in "${nodes[@]}"; do
+    printf '%s\n' "${options[@]}" >"$SRUN_OUTPUT/$node.srun"
     SLURMD_NODENAME=$node "$@" >"$SRUN_OUTPUT/$node.out" || exit $?
 done
 """
 
+# Fake sbatch: what Slurm does before the job script runs. The options (command line over #SBATCH lines) give the
+# job's CPUs and GPUs, exported as Slurm does (SLURM_CPUS_PER_TASK, SLURM_GPUS_PER_NODE); the --output file is
+# opened first, in the submit folder, so a folder that does not exist fails the job before the script starts.
+FAKE_SBATCH = """#!{python}
+import os, re, subprocess, sys
+args = sys.argv[1:]
+options = {{}}
+def take(pairs):
+    i = 0
+    while i < len(pairs) and pairs[i].startswith("-"):
+        key, eq, value = pairs[i].lstrip("-").partition("=")
+        if not eq and i + 1 < len(pairs) and not pairs[i + 1].startswith("-"):
+            value, i = pairs[i + 1], i + 1
+        options[key] = value
+        i += 1
+    return i
+script_at = take(args)
+script, script_args = args[script_at], args[script_at + 1:]
+directives = [token for line in open(script) if line.startswith("#SBATCH ") for token in line.split()[1:]]
+command_line = dict(options)
+take(directives)
+options.update(command_line)
+job_id = os.environ["SLURM_JOB_ID"]
+output = options["output"].replace("%x", options.get("job-name", "sbatch")).replace("%j", job_id)
+if not os.path.isdir(os.path.dirname(output) or "."):
+    sys.exit(f"fake sbatch: job {{job_id}} failed: cannot open {{output}} (its folder does not exist)")
+env = dict(os.environ, SLURM_CPUS_PER_TASK=options["cpus-per-task"], SLURM_GPUS_PER_NODE=options["gpus-per-node"],
+           SLURM_SUBMIT_DIR=os.getcwd())
+with open(output, "w") as log:
+    sys.exit(subprocess.run(["bash", script, *script_args], env=env, stdout=log, stderr=subprocess.STDOUT).returncode)
+"""
 
-def run_sbatch_script(tmp_path: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+
+def fake_slurm(tmp_path: Path) -> Path:
+    """A bin folder with the fake srun and sbatch."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    srun = bin_dir / "srun"
-    srun.write_text(FAKE_SRUN)
-    srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
+    for name, text in (("srun", FAKE_SRUN), ("sbatch", FAKE_SBATCH.format(python=sys.executable))):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def fresh_clone(tmp_path: Path) -> Path:
+    """The repository's files as a fresh clone has them (tracked and not ignored): no logs/, no outputs/, no .venv."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split("\0")  # fmt: skip
+    clone = tmp_path / "clone"
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, clone / name)
+    assert not (clone / "logs").exists()
+    return clone
+
+
+def run_sbatch_script(tmp_path: Path, env_extra: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    bin_dir = fake_slurm(tmp_path)
     env = {
         **os.environ,
         **fake_env("gpu[01-03]", node="gpu01"),
+        "SLURM_CPUS_PER_TASK": "32",
         **env_extra,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "SLURM_SUBMIT_DIR": str(ROOT),
@@ -182,3 +240,60 @@ def test_sbatch_script_stops_when_the_plan_fails(tmp_path):
     assert result.returncode != 0
     assert "no_such_recipe.yaml" in result.stderr
     assert not list(tmp_path.glob("*.out"))  # no node was launched
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["submit.sh", "sbatch"])
+def test_a_fresh_clone_job_logs_where_a_folder_exists_and_every_srun_states_cpus_and_gpus(tmp_path, launcher):
+    """On a fresh clone (no logs/): scripts/slurm/submit.sh creates logs/ before sbatch opens the log there, and plain
+    sbatch logs in the submit folder; either way the job runs, and every srun passes --cpus-per-task and
+    --gpus-per-node (recent Slurm no longer hands a step the job's CPUs)."""
+    clone = fresh_clone(tmp_path)
+    bin_dir = fake_slurm(tmp_path)
+    env = {
+        **os.environ,
+        **fake_env("gpu[01-03]", node="gpu01", VLLM_SERVER_NODE="1"),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(clone),
+        "DRY_RUN": "1",
+        "SRUN_OUTPUT": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+    }
+    for key in ("SLURM_GPUS_ON_NODE", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_PER_NODE"):
+        env.pop(key, None)  # only what the fake sbatch exports from the job's options
+    keep_schedule = ["--per_device_train_batch_size", "8"]
+    tail = [SERVER_RECIPE, CONFIG, "--", *keep_schedule]
+    command = ["scripts/slurm/submit.sh", "--nodes", "3", *tail] if launcher == "submit.sh" else [
+        "sbatch", "--nodes=3", "scripts/slurm/train.slurm", *tail
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = clone / ("logs/drgrpo-123456.out" if launcher == "submit.sh" else "drgrpo-123456.out")
+    assert log.is_file(), sorted(p.name for p in clone.iterdir())
+    assert "16 training process(es), 2 node(s) x 8 GPU(s), ZeRO-3" in log.read_text()
+    steps = {path.stem: path.read_text().split() for path in tmp_path.glob("*.srun")}
+    assert set(steps) == {"gpu01", "gpu02", "gpu03"}  # two training nodes, one vLLM server node
+    for options in steps.values():
+        assert "--cpus-per-task=32" in options and "--gpus-per-node=8" in options and "--ntasks-per-node=1" in options
+
+
+def test_sbatch_with_the_old_log_folder_fails_on_a_fresh_clone(tmp_path):
+    """What the fake sbatch guards against: an --output in a folder the clone does not have fails before the job."""
+    clone = fresh_clone(tmp_path)
+    bin_dir = fake_slurm(tmp_path)
+    env = {**os.environ, **fake_env(), "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": sys.executable}
+    result = subprocess.run(
+        ["sbatch", "--output=logs/%x-%j.out", "scripts/slurm/train.slurm", RECIPE],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0 and "cannot open logs/drgrpo-123456.out" in result.stderr
+
+
+def test_a_job_without_cpu_or_gpu_counts_is_refused(tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts/slurm/train.slurm"), RECIPE],
+        cwd=tmp_path, env={**env, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "--gpus-per-node and --cpus-per-task" in result.stderr

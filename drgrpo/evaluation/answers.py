@@ -30,7 +30,7 @@ def last_boxed(text: str) -> str | None:
     """
     from rewards.extract import last_boxed_group
 
-    parts = [part.strip() for part in last_boxed_group(text)]
+    parts = [part.strip() for part in last_boxed_group(text, any_words=True)]
     return ", ".join(part for part in parts if part) or None
 
 

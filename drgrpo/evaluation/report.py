@@ -21,13 +21,26 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def summarize(rows: Sequence[dict], n: int, equivalent: Callable[[str, str], bool]) -> dict:
+def truncated_counted_wrong(row: dict) -> dict:
+    """A sample cut off by the token budget, as the Dr.GRPO paper scores it: wrong, and no vote in maj@k (a cut-off
+    text has no final answer, even when it contains the right intermediate number)."""
+    return {**row, "correct": False, "extracted": None} if row.get("truncated") else row
+
+
+def summarize(
+    rows: Sequence[dict], n: int, equivalent: Callable[[str, str], bool], truncated_as_wrong: bool = False
+) -> dict:
     """Benchmark metrics from the sample rows (each with problem_index, correct, extracted, num_tokens, truncated).
 
     pass@1 is the mean correctness over all samples; pass@k is the mean over problems of `pass_at_k(n, c, k)`;
     maj@n is the mean over problems of `majority_vote`. A problem whose gold cannot be parsed counts as wrong (the
     denominator stays the benchmark's size, as in published numbers) and is counted in `unparsable_golds`.
+    Truncated samples are reported separately (`truncated_samples`, and `truncated_graded_correct`: how many of
+    them the grader credited); with `truncated_as_wrong` every metric counts them wrong (`truncated_counted_wrong`).
     """
+    truncated = [r for r in rows if r.get("truncated")]
+    if truncated_as_wrong:
+        rows = [truncated_counted_wrong(r) for r in rows]
     by_problem: dict[int, list[dict]] = {}
     for row in rows:
         by_problem.setdefault(row["problem_index"], []).append(row)
@@ -56,6 +69,9 @@ def summarize(rows: Sequence[dict], n: int, equivalent: Callable[[str, str], boo
             "mean_length_incorrect": _mean(incorrect_lengths),
             "mean_length": _mean([r["num_tokens"] for r in rows]),
             "truncation_rate": _mean([float(r["truncated"]) for r in rows]),
+            "truncated_samples": len(truncated),
+            "truncated_graded_correct": sum(bool(r["correct"]) for r in truncated),
+            "truncated_as_wrong": truncated_as_wrong,
             "no_answer_rate": _mean([float(r["verdict"] == NO_ANSWER) for r in rows]),
             "unparsable_golds": sum(s[0]["verdict"] == GOLD_UNPARSABLE for s in per_problem),
             "grading_failures": sum(r["verdict"] in GRADING_FAILURES for r in rows),
@@ -88,12 +104,18 @@ def summary_markdown(summary: dict) -> str:
         f"| mean length, correct (tokens) | {_fmt(summary['mean_length_correct'])} |",
         f"| mean length, incorrect (tokens) | {_fmt(summary['mean_length_incorrect'])} |",
         f"| truncated (%) | {_fmt(summary['truncation_rate'], percent=True)} |",
+        f"| truncated samples graded correct ({_truncated_rule(summary)}) | "
+        f"{_fmt(summary.get('truncated_graded_correct'))} of {_fmt(summary.get('truncated_samples'))} |",
         f"| no answer found (%) | {_fmt(summary['no_answer_rate'], percent=True)} |",
         f"| unparsable golds (problems, scored wrong) | {summary['unparsable_golds']} |",
         f"| grading failures (samples, scored wrong) | {summary['grading_failures']} |",
         "",
     ]
     return "\n".join(lines)
+
+
+def _truncated_rule(summary: dict) -> str:
+    return "counted wrong" if summary.get("truncated_as_wrong") else "counted as graded"
 
 
 def _benchmark_sort_key(name: str) -> tuple[int, str]:

@@ -105,6 +105,14 @@ class EvalArguments:
         default=False, metadata={"help": "Delete existing results in output_dir instead of resuming."}
     )
     progress: bool = field(default=True, metadata={"help": "Show a progress bar while generating."})
+    truncated_as_wrong: bool = field(
+        default=False,
+        metadata={
+            "help": "Count samples cut off at max_new_tokens as wrong in every metric, whatever the grader read in "
+            "them, as the Dr.GRPO paper scores them (`make eval BENCH=paper` turns it on). Truncated samples are "
+            "reported separately either way; the setting only changes the summary, so it never blocks a resume."
+        },
+    )
 
     def __post_init__(self):
         if self.n < 1:
@@ -348,7 +356,11 @@ def run_evaluation(args: EvalArguments) -> dict:
     keys = [(r["problem_index"], r["sample_index"]) for r in rows]
     if len(keys) != len(set(keys)):
         raise ValueError(f"{samples_path} has duplicate samples; rerun with {command_flag('--overwrite true')}.")
-    summary = {**config, "backend": backend_name, **summarize(rows, args.n, answers_equivalent)}
+    summary = {
+        **config,
+        "backend": backend_name,
+        **summarize(rows, args.n, answers_equivalent, args.truncated_as_wrong),
+    }
     if bench.answer_format == CODE_TESTS:  # programs have no answer to vote on
         summary.pop(f"maj@{args.n}")
     (output_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
@@ -384,7 +396,7 @@ def _generate_and_write(
     if bench.answer_format == CODE_TESTS:  # run the programs on the tests, with the training recipe's code limits
         settings = code_settings(_recipe_settings(args.recipe))
 
-        def grade(completions, tests):
+        def grade(completions, tests, questions=None):
             return grade_code_completions(completions, tests, settings)
 
     with (
@@ -396,7 +408,11 @@ def _generate_and_write(
             if backend_name == "transformers" and backend.device == "cpu":
                 adapt_torch_threads()  # the cores other processes leave free (drgrpo/core/threads.py)
             generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
-            grades = grade([g.text for g in generations], [golds[r.problem_index] for r in batch])
+            grades = grade(
+                [g.text for g in generations],
+                [golds[r.problem_index] for r in batch],
+                questions=[questions[r.problem_index] for r in batch],
+            )
             lines = []
             for request, generation, (verdict, extracted) in zip(batch, generations, grades, strict=True):
                 row = {

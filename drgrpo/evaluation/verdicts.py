@@ -9,18 +9,23 @@ GRADING_FAILURES = ("timeout", "error", "crash")  # the verifier gave up on the 
 
 
 def grade_completions(
-    completions: Sequence[str], golds: Sequence[str | None], extraction_mode: str = "math_verify"
+    completions: Sequence[str],
+    golds: Sequence[str | None],
+    extraction_mode: str = "math_verify",
+    questions: Sequence[str] | None = None,
 ) -> list[tuple[str, str | None]]:
     """(verdict, extracted answer) of each completion against its gold, with the training verifier.
 
     `rewards.grade_batch` is what the `accuracy` reward calls: same extraction (`extraction_mode`, the recipe's
-    `answer_extraction_mode`), same math-verify comparison, same time limits. Verdicts: correct, incorrect,
-    no_answer (nothing extracted), gold_unparsable, or a grading failure (timeout, error, crash), which the reward
-    scores 0 as well.
+    `answer_extraction_mode`), same math-verify comparison, same time limits; `questions` (the problems) give the
+    echo rule the question's numbers, as the prompts do in training (`rewards.echoes`). Verdicts: correct,
+    incorrect, no_answer (nothing extracted), gold_unparsable, or a grading failure (timeout, error, crash), which the
+    reward scores 0 as well.
     """
     from rewards import get_grader, grade_batch
 
-    results = grade_batch(list(completions), list(golds), get_grader(extraction_mode=extraction_mode))
+    grader = get_grader(extraction_mode=extraction_mode)
+    results = grade_batch(list(completions), list(golds), grader, None if questions is None else list(questions))
     return [(_verdict_name(r.status, r.verdict), r.extracted) for r in results]
 
 

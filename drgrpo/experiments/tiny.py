@@ -56,8 +56,13 @@ def build_tiny_model(
     num_layers: int = 2,
     num_heads: int = 4,
     max_position_embeddings: int = 512,
+    tie_word_embeddings: bool = True,
 ) -> Path:
-    """Build a random-weight Qwen3 model and its tokenizer, save both to `output_dir`, and return the path."""
+    """Build a random-weight Qwen3 model and its tokenizer, save both to `output_dir`, and return the path.
+
+    `tie_word_embeddings=False` gives the model its own `lm_head` weight, as Qwen3-8B and Qwen2.5-Coder-7B have:
+    under ZeRO-3 that weight is a separate sharded parameter that TRL's fused head gathers (the path the GPU smoke
+    test checks)."""
     output_dir = Path(output_dir)
     tokenizer = build_tokenizer()
     config = Qwen3Config(
@@ -69,7 +74,7 @@ def build_tiny_model(
         num_key_value_heads=max(1, num_heads // 2),
         head_dim=hidden_size // num_heads,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -10,6 +10,9 @@ number of training processes:
 - per-GPU memory for the model states under ZeRO-2 and ZeRO-3, from DeepSpeed's own estimators and a parameter
   count computed from the model's `config.json` (a local folder, or `BUILTIN_MODEL_CONFIGS` for the hub models the
   recipes name): no weights are downloaded and no GPU is needed;
+- one GPU's memory in generation (model states + colocated vLLM's weights, overhead and KV cache, and how many
+  full-length sequences that holds against the requests per rollout) and in training (model states + the
+  micro-batch's activations, with and without gradient checkpointing, + vLLM unless sleep mode frees it);
 - the vLLM and ZeRO-3 settings that must hold together (tensor-parallel size, `ds3_gather_for_generation`, an
   explicit importance-sampling choice).
 Every problem is a `Finding` with the fix spelled out. Errors make `scripts/plan.py` exit non-zero.
@@ -22,6 +25,9 @@ Modules, each importing only the ones listed before it (and `drgrpo.recipe` belo
 - `reference`: the published runs a recipe reproduces, with their schedule per rollout;
 - `model_size`: parameter counts from config.json fields (`BUILTIN_MODEL_CONFIGS` for the recipes' hub models);
 - `memory`: DeepSpeed's ZeRO model-state estimators;
+- `activations`: the bytes a training micro-batch saves for backward (transformers' modules, TRL's fused LM head);
+- `kv_cache`: colocated vLLM's share: weights, overhead, KV cache per token and the sequences it holds at once;
+- `gpu_budget`: the generation and training phases of one GPU, their findings and report lines;
 - `context`: prompt + completion against the model's context and vLLM's `max_model_len`;
 - `launch_setup`: processes, nodes and ZeRO stage from the accelerate config;
 - `plan`: `plan_recipe`, every check of one recipe at one world size, as a `PlanReport`;
@@ -29,9 +35,12 @@ Modules, each importing only the ones listed before it (and `drgrpo.recipe` belo
 - `slurm`: a Slurm job's environment turned into the `accelerate launch` and `trl vllm-serve` commands.
 """
 
+from drgrpo.planning.activations import ActivationEstimate, training_activations
 from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.findings import Finding
+from drgrpo.planning.gpu_budget import GpuBudget
+from drgrpo.planning.kv_cache import VllmMemory, kv_bytes_per_token, vllm_memory
 from drgrpo.planning.launch_setup import DEFAULT_GPUS_PER_NODE, LaunchSetup, read_accelerate_config
 from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
 from drgrpo.planning.model_size import (
@@ -50,6 +59,7 @@ from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, re
 from drgrpo.planning.report import format_report
 
 __all__ = [
+    "ActivationEstimate",
     "BUILTIN_MODEL_CONFIGS",
     "BatchPlan",
     "DEFAULT_GPUS_PER_NODE",
@@ -57,6 +67,7 @@ __all__ = [
     "DEFAULT_LORA_TARGETS",
     "Finding",
     "GIB",
+    "GpuBudget",
     "LLAMA_LAYOUT_TYPES",
     "LaunchSetup",
     "MemoryEstimate",
@@ -64,10 +75,12 @@ __all__ = [
     "PlanReport",
     "REFERENCE_SCHEDULES",
     "ReferenceSchedule",
+    "VllmMemory",
     "batch_plan",
     "context_findings",
     "count_parameters",
     "format_report",
+    "kv_bytes_per_token",
     "load_model_config",
     "lora_parameters",
     "model_size",
@@ -76,5 +89,7 @@ __all__ = [
     "plan_recipe",
     "read_accelerate_config",
     "reference_findings",
+    "training_activations",
+    "vllm_memory",
     "with_defaults",
 ]

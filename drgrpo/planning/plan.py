@@ -7,17 +7,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from drgrpo.planning.activations import training_activations
 from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.family_cost import DynamicSamplingPlan, dynamic_sampling_plan, family_findings
 from drgrpo.planning.findings import Finding
+from drgrpo.planning.gpu_budget import GpuBudget, budget_findings, vllm_findings
+from drgrpo.planning.kv_cache import vllm_memory
 from drgrpo.planning.launch_setup import LaunchSetup, nodes_for, read_accelerate_config
 from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
-from drgrpo.planning.model_size import LLAMA_LAYOUT_TYPES, ModelSize, load_model_config, lora_parameters, model_size
+from drgrpo.planning.model_size import (
+    LLAMA_LAYOUT_TYPES,
+    ModelSize,
+    load_model_config,
+    lora_parameters,
+    model_size,
+    with_defaults,
+)
 from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, reference_findings
 from drgrpo.recipe.batch_rules import keep_schedule_fix
 from drgrpo.recipe.file import read_header
 from drgrpo.recipe.preflight import parse_for_planning, recipe_values
+from drgrpo.run.precision import needs_master_weights
 
 
 @dataclass
@@ -29,7 +40,8 @@ class PlanReport:
     size: ModelSize | None = None
     trainable_params: int | None = None
     memory: dict[int, MemoryEstimate] = field(default_factory=dict)
-    vllm_bytes: int = 0
+    budget: GpuBudget | None = None  # one GPU's memory in generation and training, term by term
+    master_weights: str | None = None  # the half-precision dtype train() keeps float32 copies of (no DeepSpeed)
     gpu_memory_bytes: int = int(DEFAULT_GPU_MEMORY_GIB * GIB)
     findings: list[Finding] = field(default_factory=list)
     dynamic_sampling: DynamicSamplingPlan | None = None  # the extra generation `dynamic_sampling: true` implies
@@ -182,9 +194,11 @@ def plan_recipe(
                     offload_optimizer=setup.offload_optimizer and stage == setup.zero_stage,
                     offload_params=setup.offload_params and stage == setup.zero_stage == 3,
                 )
-            if args.use_vllm and args.vllm_mode == "colocate":
-                report.vllm_bytes = int(args.vllm_gpu_memory_utilization * report.gpu_memory_bytes)
-            findings.extend(_memory_findings(report, args))
+            dtype = model_args.dtype if model_args.dtype not in (None, "auto") else config.get("dtype")
+            if report.trainable_params is None and needs_master_weights(dtype, deepspeed=bool(setup.zero_stage)):
+                report.master_weights = dtype
+            report.budget = _gpu_budget(report, args, script_args.max_prompt_tokens, config, dtype)
+            findings.extend(_memory_findings(report, model_args.model_name_or_path, args))
     return report
 
 
@@ -315,23 +329,79 @@ def _generation_findings(args, setup: LaunchSetup, explicit: set[str]) -> list[F
     return findings
 
 
-def _memory_findings(report: PlanReport, args) -> list[Finding]:
+def _sequence_length(max_prompt_tokens: int | None, args, context: int | None) -> int | None:
+    """The longest training sequence: prompt + completion, capped by vLLM's max_model_len and the model's context."""
+    longest = max_prompt_tokens + args.max_completion_length if max_prompt_tokens is not None else None
+    limits = [x for x in (longest, args.vllm_max_model_length, context) if x]
+    return min(limits) if limits else None
+
+
+def _gpu_budget(report: PlanReport, args, max_prompt_tokens: int | None, config: dict, dtype) -> GpuBudget | None:
+    """The run's GPU memory, term by term: model states of its stage, colocated vLLM, the micro-batch's activations."""
     stage = report.setup.zero_stage
+    if stage not in report.memory or report.size is None or report.batch is None:
+        return None
+    full = with_defaults(config)
+    length = _sequence_length(max_prompt_tokens, args, report.size.context_length)
+    micro_batch = report.batch.per_device_train_batch_size  # the recipe's (args holds the pre-flight stand-ins)
+    activations = None
+    if length is not None:
+        scored = micro_batch * min(args.max_completion_length, length)
+        act_bytes = 2 if args.bf16 or args.fp16 else 4
+        activations = training_activations(full, micro_batch, length, scored, act_bytes=act_bytes)
+    vllm = None
+    if args.use_vllm and args.vllm_mode == "colocate" and length is not None:
+        tp = args.vllm_tensor_parallel_size
+        vllm = vllm_memory(
+            full,
+            report.size.total_params,
+            utilization=args.vllm_gpu_memory_utilization,
+            gpu_bytes=report.gpu_memory_bytes,
+            max_model_len=args.vllm_max_model_length or report.size.context_length or length,
+            max_num_seqs=micro_batch * tp * report.batch.steps_per_generation,  # TRL's max_num_seqs
+            tensor_parallel=tp,
+            dtype_bytes=4 if str(dtype).removeprefix("torch.") == "float32" else 2,
+        )
+    return GpuBudget(
+        gpu_bytes=report.gpu_memory_bytes,
+        states=report.memory[stage].gpu_bytes,
+        stage_name="DDP" if stage == 0 else f"ZeRO-{stage}",
+        activations=activations,
+        gradient_checkpointing=bool(args.gradient_checkpointing),
+        vllm=vllm,
+        sleep_mode=bool(args.vllm_enable_sleep_mode),
+    )
+
+
+def _memory_findings(report: PlanReport, model: str, args) -> list[Finding]:
+    """Model states alone over the GPU; else vLLM that cannot start or is KV-bound, and each phase over the GPU."""
+    stage, budget = report.setup.zero_stage, report.budget
     if stage not in report.memory:
         return []
     states = report.memory[stage].gpu_bytes
-    used = states + report.vllm_bytes
-    if used < report.gpu_memory_bytes:
+    if states >= report.gpu_memory_bytes:
+        return [
+            Finding(
+                "error",
+                "memory",
+                f"{'DDP' if stage == 0 else f'ZeRO-{stage}'} model states need {states / GIB:.1f} GiB per GPU, "
+                f"more than the {report.gpu_memory_bytes / GIB:.0f} GiB of one GPU, before any activation.",
+                ("shard the model states with accelerate_configs/zero3.yaml, or " if stage < 3 else "")
+                + "use more GPUs, accelerate_configs/zero3_offload.yaml (optimizer and parameters in CPU memory), "
+                "or LoRA (use_peft: true).",
+            )
+        ]
+    if budget is None:
         return []
-    vllm = f" + {report.vllm_bytes / GIB:.1f} GiB for colocated vLLM" if report.vllm_bytes else ""
-    return [
-        Finding(
-            "error",
-            "memory",
-            f"{'DDP' if stage == 0 else f'ZeRO-{stage}'} model states need {states / GIB:.1f} GiB per GPU{vllm}, "
-            f"more than the {report.gpu_memory_bytes / GIB:.0f} GiB of one GPU, before any activation.",
-            ("shard the model states with accelerate_configs/zero3.yaml, or " if stage < 3 else "")
-            + "use more GPUs, accelerate_configs/zero3_offload.yaml (optimizer and parameters in CPU memory), LoRA "
-            "(use_peft: true)" + (", or a lower vllm_gpu_memory_utilization." if report.vllm_bytes else "."),
+    findings = []
+    if budget.vllm is not None:
+        requests = (
+            f"per_device_train_batch_size {report.batch.per_device_train_batch_size} x steps_per_generation "
+            f"{report.batch.steps_per_generation} x vllm_tensor_parallel_size {args.vllm_tensor_parallel_size}"
         )
-    ]
+        findings.extend(vllm_findings(budget.vllm, budget.gpu_bytes, model, requests))
+    fix = (
+        "a smaller per_device_train_batch_size (raise gradient_accumulation_steps to keep the step), more GPUs, or "
+        "accelerate_configs/zero3_offload.yaml"
+    )
+    return findings + budget_findings(budget, fix)

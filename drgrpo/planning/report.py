@@ -6,6 +6,7 @@ from fractions import Fraction
 
 from drgrpo.planning.batch import BatchPlan
 from drgrpo.planning.family_cost import dynamic_sampling_lines
+from drgrpo.planning.gpu_budget import budget_lines
 from drgrpo.planning.memory import GIB
 from drgrpo.planning.plan import PlanReport
 from drgrpo.planning.reference import ReferenceSchedule
@@ -63,13 +64,13 @@ def format_report(report: PlanReport) -> str:
                 f"  {name}: {estimate.gpu_bytes / GIB:6.1f} GiB GPU, {estimate.cpu_bytes / GIB:6.1f} GiB "
                 f"CPU per node{mark}"
             )
-        if report.vllm_bytes:
-            lines.append(f"  colocated vLLM: {report.vllm_bytes / GIB:.1f} GiB per GPU (vllm_gpu_memory_utilization)")
-        if setup.zero_stage in report.memory:
-            left = report.gpu_memory_bytes - report.memory[setup.zero_stage].gpu_bytes - report.vllm_bytes
+        if report.master_weights:
             lines.append(
-                f"  left for activations on a {report.gpu_memory_bytes / GIB:.0f} GiB GPU: {left / GIB:.1f} GiB"
+                f"  master weights: dtype {report.master_weights} without DeepSpeed: train() trains float32 copies of "
+                "the weights (drgrpo/run/precision.py); DeepSpeed's DDP estimate above counts float32 master weights"
             )
+    if report.budget is not None:
+        lines += budget_lines(report.budget)
     for finding in report.findings:
         lines.append(str(finding))
     lines.append("OK" if report.ok else f"{len(report.errors)} error(s)")

@@ -5,5 +5,6 @@ May import: everything below it (`drgrpo.core`, `rewards`, `drgrpo.data`, `drgrp
 Modules, each importing only the ones listed before it:
 - `output_guard`: `OutputDirArguments`; an output directory that holds another configuration's model is refused;
 - `arguments`: `ScriptArguments`, what a run needs beside the trainer config: data, rewards, output directory;
+- `precision`: float32 master weights for a half-precision full fine-tune without DeepSpeed (DDP, one process);
 - `training`: `train()`: tokenizer, datasets, rewards, `DrGRPOTrainer`, resume, save.
 """

@@ -17,6 +17,7 @@ from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
+from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
 from rewards import get_reward_funcs
 
 logger = logging.getLogger(__name__)
@@ -85,9 +86,13 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         peft_config=get_peft_config(model_args),
     )
 
+    # Without DeepSpeed nothing keeps float32 copies of bf16 weights: a 1e-6 update would round away.
+    master_weights = keep_float32_master_weights(trainer.model, deepspeed=trainer.is_deepspeed_enabled)
     if trainer.accelerator.device.type == "cpu":
         adapt_torch_threads()
         trainer.add_callback(ThreadCountCallback())
+    if trainer.accelerator.is_main_process:
+        logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
     if trainer.accelerator.is_main_process:
         start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)
     trainer.accelerator.wait_for_everyone()  # no rank looks for checkpoints while the main one deletes stale ones
@@ -96,6 +101,10 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     if last_checkpoint is not None:
         logger.warning("Resuming from checkpoint %s", last_checkpoint)
     trainer.train(resume_from_checkpoint=last_checkpoint)
+    if trainer.accelerator.is_main_process:
+        logger.info("engine: %s", engine_summary(trainer))
+    if master_weights is not None:
+        restore_dtype(trainer.model, master_weights)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json with every logged step, also when no checkpoint was saved
     if trainer.accelerator.is_main_process:

@@ -1,5 +1,15 @@
 """Is a program's output right? Token-wise comparison with whitespace normalised and a float tolerance, deep
-comparison of call results, and the custom checker hook."""
+comparison of call results, and the custom checker hook.
+
+The tolerance applies only where the EXPECTED value is a float (a token with a decimal point or an exponent; a
+JSON float). An expected integer is matched exactly, by an integer (`042` is 42), or by a decimal whose fraction is
+all zeros and whose value is exactly that integer (`42.0`, `42.000`: what `print(a / b)` writes for a right answer;
+it can never be a different integer). An exponent form (`1e18`, `1.234568e+17`) or any other fraction never matches
+an integer: a float tolerance on 10^18 accepts answers that are off by thousands, and a policy under RL finds that
+on any problem with large integer answers. Call results follow the same rule: an expected int is matched by an
+equal int, or by a float that is exactly that integer (`42.0` for 42, never `1e18` for 1000000000000000007 nor
+`3.0000029` for 3).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +20,8 @@ from typing import Any
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _INTEGER = re.compile(r"^[+-]?\d+$")
+# A decimal with an all-zero fraction and no exponent (`42.0`, `-7.`, `0.000`): exactly the integer before its point.
+_INTEGRAL_DECIMAL = re.compile(r"^([+-]?\d+)\.0*$")
 
 
 def numbers_close(a: float, b: float, tolerance: float) -> bool:
@@ -21,15 +33,25 @@ def numbers_close(a: float, b: float, tolerance: float) -> bool:
 
 
 def tokens_equal(got: str, expected: str, tolerance: float) -> bool:
-    """Equal tokens; or two numbers, not both integers, within `tolerance` (integers must match exactly: a float
-    tolerance on 10^18 would accept wrong answers)."""
+    """Equal tokens; against an expected integer, the same integer (`integer_token`: `007`, `7.0`; never `7e0` or
+    `7.0000001`); against an expected float, any number within `tolerance` (see the module docstring)."""
     if got == expected:
         return True
-    if _NUMBER.match(got) and _NUMBER.match(expected):
-        if _INTEGER.match(got) and _INTEGER.match(expected):
-            return integer_key(got) == integer_key(expected)
-        return numbers_close(float(got), float(expected), tolerance)  # float() of a huge token is inf, no error
-    return False
+    if not (_NUMBER.match(got) and _NUMBER.match(expected)):
+        return False
+    if _INTEGER.match(expected):
+        integer = integer_token(got)
+        return integer is not None and integer_key(integer) == integer_key(expected)
+    return numbers_close(float(got), float(expected), tolerance)  # float() of a huge token is inf, no error
+
+
+def integer_token(token: str) -> str | None:
+    """The integer a number token writes exactly, as digits: itself for an integer, `42` for `42.0`; None for a
+    fraction or an exponent form, which can only approximate an integer."""
+    if _INTEGER.match(token):
+        return token
+    match = _INTEGRAL_DECIMAL.match(token)
+    return match.group(1) if match else None
 
 
 def integer_key(token: str) -> str:
@@ -59,11 +81,14 @@ def outputs_match(got: str, expected: str, tolerance: float = 1e-6) -> bool:
 
 
 def values_equal(got: Any, expected: Any, tolerance: float = 1e-6) -> bool:
-    """Deep equality of JSON values; floats within `tolerance`; a bool equals only a bool; tuples came as lists."""
+    """Deep equality of JSON values; an expected int exactly (an equal int, or a float that is exactly it), an
+    expected float within `tolerance`; a bool equals only a bool; tuples came as lists."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return got is expected
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        if isinstance(expected, int) and isinstance(got, int):
+        if isinstance(expected, int):
+            if isinstance(got, float):
+                return math.isfinite(got) and got.is_integer() and int(got) == expected
             return got == expected
         try:
             return numbers_close(float(got), float(expected), tolerance)

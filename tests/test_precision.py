@@ -1,0 +1,71 @@
+"""Float32 master weights for a half-precision full fine-tune without DeepSpeed (drgrpo/run/precision.py)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+
+import pytest
+import torch
+from conftest import PYTHON, ROOT
+from safetensors import safe_open
+
+from drgrpo.run.precision import keep_float32_master_weights, needs_master_weights, restore_dtype
+
+
+def test_a_1e6_update_rounds_away_in_bfloat16_only():
+    """Why: Adam at learning_rate 1e-6 moves a weight by about 1e-6 of itself; bf16 keeps 8 significant bits."""
+    weight = torch.tensor([0.02, -0.5, 1.3])
+    update = 1e-6 * weight.abs()
+    assert torch.equal((weight.bfloat16() + update.bfloat16()).float(), weight.bfloat16().float())
+    assert not torch.equal(weight + update, weight)
+
+
+def test_needs_master_weights():
+    assert needs_master_weights("bfloat16", deepspeed=False) and needs_master_weights("torch.float16", deepspeed=False)
+    assert not needs_master_weights("bfloat16", deepspeed=True)  # DeepSpeed keeps float32 copies itself
+    assert not needs_master_weights("float32", deepspeed=False) and not needs_master_weights(None, deepspeed=False)
+
+
+def test_trained_half_parameters_become_float32_and_go_back(caplog):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).to(torch.bfloat16)
+    model[1].weight.requires_grad_(False)  # frozen: stays bf16
+    with caplog.at_level(logging.WARNING, logger="drgrpo.run.precision"):
+        cast = keep_float32_master_weights(model, deepspeed=False)
+    assert cast == (torch.bfloat16, ["0.weight", "0.bias", "1.bias"])
+    assert [p.dtype for p in model.parameters()] == [torch.float32, torch.float32, torch.bfloat16, torch.float32]
+    assert "master weights: 22 trained parameters are bfloat16" in caplog.text
+    restore_dtype(model, cast)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert keep_float32_master_weights(model, deepspeed=True) is None
+    assert keep_float32_master_weights(model.float(), deepspeed=False) is None
+
+
+@pytest.mark.slow
+def test_bf16_tiny_run_trains_float32_and_saves_bf16(tiny_model_path, addition_data, tmp_path):
+    """scripts/train.py in one process (no DeepSpeed) with dtype bfloat16: the checkpoint holds float32 master
+    weights, which moved; the final model is bf16, as loaded."""
+    output_dir = tmp_path / "run"
+    command = [
+        PYTHON, "scripts/train.py", "recipes/tiny_drgrpo.yaml",
+        "--model_name_or_path", str(tiny_model_path), "--dtype", "bfloat16",
+        "--dataset_path", str(addition_data["train"]), "--output_dir", str(output_dir),
+        "--max_steps", "2", "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "2",
+        "--per_device_train_batch_size", "16", "--num_generations", "4", "--learning_rate", "1e-6",
+        "--reward_funcs", "accuracy", "tests/fixtures/digit_share.py:digit_share",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "master weights:" in result.stderr and "are bfloat16" in result.stderr
+
+    def tensors(path):
+        with safe_open(str(path), "pt") as file:
+            return {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
+
+    checkpoint = tensors(output_dir / "checkpoint-2" / "model.safetensors")
+    final = tensors(output_dir / "model.safetensors")
+    original = tensors(tiny_model_path / "model.safetensors")
+    assert {t.dtype for t in checkpoint.values()} == {torch.float32}
+    assert {t.dtype for t in final.values()} == {torch.bfloat16}
+    moved = [name for name in checkpoint if not torch.equal(checkpoint[name], original[name].bfloat16().float())]
+    assert moved, "two steps at lr 1e-6 moved no float32 master weight"
