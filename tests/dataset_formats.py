@@ -63,8 +63,14 @@ def gsm8k_row(i: int) -> Row:
     return {"question": f"Ann has {a} apples and buys {b} more. How many now?", "answer": f"{a}+{b}={c}\n#### {c}"}
 
 
+def chat_addition_row(i: int) -> Row:
+    """The real demo's task file (drgrpo/experiments/arithmetic_task.py): a chat question, the sum as the answer."""
+    a, b, c = _sum(i)
+    return {"question": f"What is {a} + {b}? Put your final answer in \\boxed{{}}.", "answer": str(c)}
+
+
 def addition_row(i: int) -> Row:
-    """The demo's task file (`make demo` writes outputs/demo/data/train.jsonl): question `47+38=`, answer `85`."""
+    """The tiny demo's task file (`make demo-tiny` writes outputs/demo-tiny/data/train.jsonl): `47+38=`, `85`."""
     a, b, c = _sum(i)
     return {"question": f"{a}+{b}=", "answer": str(c)}
 
@@ -111,7 +117,8 @@ FORMATS: dict[str, Callable[[int], Row]] = {
     "zwhe99/MATH": zwhe99_math_row,
     "HuggingFaceH4/MATH-500": math500_row,
     "openai/gsm8k": gsm8k_row,
-    "outputs/demo/data/train.jsonl": addition_row,
+    "outputs/demo-tiny/data/train.jsonl": addition_row,
+    "outputs/demo/data/train.jsonl": chat_addition_row,  # `make demo` (SmolLM2) and `make compare`
     "outputs/bias/data/train.jsonl": addition_row,  # `make bias` writes the same question/answer columns
     "open-r1/verifiable-coding-problems-python-10k": verifiable_coding_row,
     "rewards/code/tasks/code_tasks.jsonl": code_task_row,

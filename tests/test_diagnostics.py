@@ -12,6 +12,7 @@ from datasets import Dataset
 
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.observe import diagnostics as d
+from drgrpo.observe import failure_warnings as w
 from drgrpo.observe import metric_names as m
 
 NAN = math.nan
@@ -121,15 +122,15 @@ def test_out_of_range_settings_name_the_key(tmp_path, key, value, match):
 
 # --- warnings -----------------------------------------------------------------------------------------------------
 def test_window_mean_and_jump_conditions():
-    assert d.window_mean([0.5, 1.0], 3) is None
-    assert d.window_mean([0.0, 0.5, 1.0, 0.9], 3) == pytest.approx(0.8)
-    assert not d.jumped([0.01, 0.3], factor=5, floor=0.05, window=3)  # too little history
-    assert d.jumped([0.01, 0.02, 0.01, 0.2], factor=5, floor=0.05, window=3)  # median 0.01 -> 0.2 > 0.05
-    assert not d.jumped([0.001, 0.002, 0.001, 0.04], factor=5, floor=0.05, window=3)  # below the floor
-    assert not d.jumped([0.1, 0.12, 0.11, 0.3], factor=5, floor=0.05, window=3)  # under 5x the median
+    assert w.window_mean([0.5, 1.0], 3) is None
+    assert w.window_mean([0.0, 0.5, 1.0, 0.9], 3) == pytest.approx(0.8)
+    assert not w.jumped([0.01, 0.3], factor=5, floor=0.05, window=3)  # too little history
+    assert w.jumped([0.01, 0.02, 0.01, 0.2], factor=5, floor=0.05, window=3)  # median 0.01 -> 0.2 > 0.05
+    assert not w.jumped([0.001, 0.002, 0.001, 0.04], factor=5, floor=0.05, window=3)  # below the floor
+    assert not w.jumped([0.1, 0.12, 0.11, 0.3], factor=5, floor=0.05, window=3)  # under 5x the median
 
 
-def feed(callback: d.DiagnosticsCallback, rows: list[dict]) -> None:
+def feed(callback: w.DiagnosticsCallback, rows: list[dict]) -> None:
     class State:
         is_world_process_zero = True
         global_step = 0
@@ -142,10 +143,10 @@ def feed(callback: d.DiagnosticsCallback, rows: list[dict]) -> None:
 
 def test_callback_warns_once_per_kind_with_the_checklist_row(caplog):
     settings = DrGRPOConfig(output_dir="unused", use_cpu=True, report_to="none", diagnostics_window=3)
-    callback = d.DiagnosticsCallback(settings)
+    callback = w.DiagnosticsCallback(settings)
     healthy = {"frac_reward_zero_std": 0.3, m.TRUNCATION_RATE: 0.05, "entropy": 0.8, "clip_ratio/region_mean": 0.01}
     stuck = {**healthy, "frac_reward_zero_std": 0.95, m.TRUNCATION_RATE: 0.6}
-    with caplog.at_level(logging.WARNING, logger="drgrpo.observe.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="drgrpo.observe.failure_warnings"):
         feed(callback, [healthy] * 4)
         assert caplog.records == []
         feed(callback, [stuck] * 2)
@@ -156,10 +157,43 @@ def test_callback_warns_once_per_kind_with_the_checklist_row(caplog):
     assert any("all-equal rewards" in m and "reward does not move" in m for m in messages)
     assert any("max_completion_length" in m for m in messages)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="drgrpo.observe.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="drgrpo.observe.failure_warnings"):
         feed(callback, [{**healthy, "entropy": 0.01}] * 3 + [{**healthy, "clip_ratio/region_mean": 0.3}])
     kinds = " ".join(record.getMessage() for record in caplog.records)
     assert "entropy collapses" in kinds and "clip fraction jumped to 0.3" in kinds
+
+
+def test_truncated_share_of_correct_by_hand():
+    truncated = torch.tensor([True, False, True, False, True])
+    correctness = torch.tensor([1.0, 1.0, 1.0, 0.0, NAN])
+    assert d.truncated_share_of_correct(truncated, correctness) == pytest.approx(2 / 3)  # 2 of the 3 correct ones
+    assert math.isnan(d.truncated_share_of_correct(truncated, torch.zeros(5)))  # nothing correct: undefined
+    metrics = d.batch_diagnostics(torch.ones(5), truncated, correctness, group_size=5)
+    assert metrics[m.TRUNCATED_SHARE_OF_CORRECT] == pytest.approx(2 / 3)
+
+
+def test_truncation_collapse_is_named_with_its_fix(caplog):
+    """The SmolLM2 run without zero_reward_for_truncated: reward up, 85% truncated, truncated completions credited.
+    The warning names the collapse and `zero_reward_for_truncated`, and does not claim every reward is 0."""
+    settings = DrGRPOConfig(output_dir="unused", use_cpu=True, report_to="none", diagnostics_window=3)
+    callback = w.DiagnosticsCallback(settings)
+    collapse = {m.TRUNCATION_RATE: 0.85, m.TRUNCATED_SHARE_OF_CORRECT: 0.6, m.PASS_RATE: 0.3}
+    with caplog.at_level(logging.WARNING, logger="drgrpo.observe.failure_warnings"):
+        feed(callback, [collapse] * 3)
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("truncation collapse" in x and "zero_reward_for_truncated: true" in x for x in messages), messages
+    assert any("85% of all completions were cut off" in x and "60% of the completions graded correct" in x
+               for x in messages)  # fmt: skip
+    assert not any("every reward is 0" in x for x in messages)
+
+
+def test_truncation_without_credit_is_not_called_a_collapse():
+    settings = DrGRPOConfig(output_dir="unused", use_cpu=True, report_to="none", diagnostics_window=2)
+    honest = {m.TRUNCATION_RATE: [0.8, 0.8], m.TRUNCATED_SHARE_OF_CORRECT: [0.0, 0.0], m.PASS_RATE: [0.4, 0.4]}
+    kinds = {x.kind: x.message for x in w.check_history(honest, settings)}
+    assert set(kinds) == {"truncation"} and "every reward is 0" not in kinds["truncation"]
+    nothing = {m.TRUNCATION_RATE: [0.9, 0.9], m.PASS_RATE: [0.0, 0.0]}
+    assert "every reward is 0" in w.check_history(nothing, settings)[0].message
 
 
 def test_callback_off_switch(tiny_model_path, tmp_path):
@@ -172,7 +206,7 @@ def test_callback_off_switch(tiny_model_path, tmp_path):
     for enabled in (True, False):
         args = DrGRPOConfig(diagnostics_warnings=enabled, **common)
         trainer = DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[accuracy], args=args, train_dataset=dataset)
-        has_callback = any(isinstance(cb, d.DiagnosticsCallback) for cb in trainer.callback_handler.callbacks)
+        has_callback = any(isinstance(cb, w.DiagnosticsCallback) for cb in trainer.callback_handler.callbacks)
         assert has_callback is enabled
 
 

@@ -1,9 +1,10 @@
-"""Which model a name means (`drgrpo.core.models`): a model that cannot be had is one line naming it and the fix, with
-no retries offline; one that can is loaded once, from the local cache first."""
+"""Model names resolved before loading: prepared short names, local folders, hub ids; each failure in one line."""
 
 from __future__ import annotations
 
+import json
 import runpy
+import subprocess
 import sys
 
 import pytest
@@ -17,18 +18,95 @@ HUB_ID = "no-such-org/no-such-model-for-drgrpo-tests"
 
 
 @pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(models.MODEL_CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_cache_folder_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.delenv(models.MODEL_CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models.model_cache_dir() == tmp_path / "xdg" / "drgrpo" / "models"
+    monkeypatch.setenv(models.MODEL_CACHE_ENV, str(tmp_path / "mine"))
+    assert models.prepared_model_dir("smollm2-135m-instruct") == tmp_path / "mine" / "smollm2-135m-instruct"
+
+
+def test_short_name_resolves_to_the_prepared_folder_only_when_complete(cache):
+    folder = cache / "smollm2-135m-instruct"
+    with pytest.raises(RecipeError, match=r"'smollm2-135m-instruct' is not prepared yet .*make smollm2"):
+        models.resolve_model("smollm2-135m-instruct")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(RecipeError, match="not prepared yet"):  # no marker: a half-written folder is not a model
+        models.resolve_model("smollm2-135m-instruct")
+    (folder / models.PREPARED_MARKER).write_text(json.dumps({"name": "smollm2-135m-instruct"}))
+    assert models.resolve_model("smollm2-135m-instruct") == str(folder)
+
+
+def test_local_folders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs").mkdir()
+    saved = tmp_path / "outputs" / "run"
+    saved.mkdir()
+    (saved / "config.json").write_text("{}")
+    assert models.resolve_model("outputs/run") == "outputs/run"
+    for missing in ("outputs/nothing", "./nope", str(tmp_path / "absent"), "a/b/c"):
+        with pytest.raises(RecipeError, match=r"no such model folder") as raised:
+            models.resolve_model(missing)
+        assert "\n" not in str(raised.value) and repr(missing) in str(raised.value)
+    (tmp_path / "outputs" / "empty").mkdir()
+    with pytest.raises(RecipeError, match="folder without config.json"):
+        models.resolve_model("outputs/empty")
+    (tmp_path / "outputs" / "empty" / "tokenizer.json").write_text("{}")  # --show_prompts needs only the tokenizer
+    assert models.resolve_model("outputs/empty", tokenizer_only=True) == "outputs/empty"
+    with pytest.raises(RecipeError, match="folder without config.json"):
+        models.resolve_model("outputs/empty")
+
+
+def test_uncached_hub_id_offline_fails_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(RecipeError) as raised:
+        models.resolve_model("Qwen/Qwen2.5-Math-1.5B")
+    message = str(raised.value)
+    assert "'Qwen/Qwen2.5-Math-1.5B' is not in the Hugging Face cache" in message and "HF_HUB_OFFLINE" in message
+    assert "hf download Qwen/Qwen2.5-Math-1.5B" in message and "\n" not in message
+
+
+def test_unreachable_hub_is_named(monkeypatch):
+    import huggingface_hub
+
+    def refuse(*args, **kwargs):
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # `make test` sets it
+    monkeypatch.setattr(huggingface_hub, "model_info", refuse)
+    with pytest.raises(RecipeError, match="the hub cannot be reached \\(ConnectionError\\)"):
+        models.resolve_model("someone/some-model")
+
+
+def test_training_and_evaluation_fail_in_one_line_on_a_missing_model(tmp_path):
+    """The scripts, end to end: two lines (the error and the --traceback hint), no transformers traceback."""
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "DRGRPO_MODEL_CACHE": str(tmp_path / "empty-cache"),
+           "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    commands = [
+        [sys.executable, "scripts/evaluate.py", "--model_name_or_path", "Qwen/Qwen2.5-Math-7B", "--data", "x.jsonl"],
+        [sys.executable, "scripts/evaluate.py", "--model_name_or_path", "smollm2-135m-instruct", "--data", "x.jsonl"],
+        [sys.executable, "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--model_name_or_path", "outputs/gone/sft",
+         "--show_prompts", "1"],
+    ]  # fmt: skip
+    for command in commands:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert len(lines) == 2 and lines[0].startswith("error: model_name_or_path "), done.stderr[-2000:]
+        assert command[command.index("--model_name_or_path") + 1] in lines[0]
+
+
+@pytest.fixture
 def empty_hf_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-
-
-def test_a_local_folder_is_itself_and_a_missing_one_is_one_line(tiny_model_path, tmp_path):
-    assert resolve_model(str(tiny_model_path)) == str(tiny_model_path)
-    with pytest.raises(RecipeError, match=r"model_name_or_path 'outputs/no/such': no such model folder"):
-        resolve_model("outputs/no/such")
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(RecipeError, match="a folder without config.json or tokenizer_config.json"):
-        resolve_model(str(tmp_path / "empty"), key="tokenizer")
 
 
 def test_an_uncached_hub_id_offline_is_one_line_with_the_fixes(empty_hf_cache, monkeypatch):

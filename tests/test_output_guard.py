@@ -126,9 +126,9 @@ def test_make_train_after_the_demo_leaves_the_demo_model_byte_identical(tmp_path
     (workspace / "scripts").symlink_to(ROOT / "scripts")
     monkeypatch.chdir(workspace)
     small = ("--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4")
-    # The demo's own code path (SFT warm-start, then RL with recipes/tiny_drgrpo.yaml into outputs/demo/model), shrunk.
+    # The tiny demo's code path (SFT warm-start, RL with recipes/tiny_drgrpo.yaml into outputs/demo-tiny/model), shrunk.
     run_demo(DemoSettings(sft_steps=2, sft_examples=32, num_test=8, rl_overrides=small))
-    demo_model = workspace / "outputs/demo/model"
+    demo_model = workspace / "outputs/demo-tiny/model"
     before = tree_digest(demo_model)
     assert "model.safetensors" in before and RUN_RECORD in before
 
@@ -139,7 +139,7 @@ def test_make_train_after_the_demo_leaves_the_demo_model_byte_identical(tmp_path
 
     # Pointed at the demo's model with other settings (here a longer run), training refuses in one line.
     refused = make_train(workspace, "--max_steps 2 --per_device_train_batch_size 8 --num_generations 4 "
-                         "--output_dir outputs/demo/model")  # fmt: skip
+                         "--output_dir outputs/demo-tiny/model")  # fmt: skip
     assert refused.returncode != 0
     error_lines = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
     assert len(error_lines) == 1 and "--overwrite_output_dir true" in error_lines[0], refused.stderr[-3000:]

@@ -283,7 +283,7 @@ def test_gpu_recipes_keep_the_papers_schedule():
 
 
 # The optimizer steps per rollout of every shipped recipe: Oat's 8 for the GPU recipes (the Dr.GRPO paper's
-# schedule), 1 for the tiny CPU demo (one step per generated batch).
+# schedule), 1 for the CPU demos (one step per generated batch).
 STEPS_PER_ROLLOUT = {
     "qwen2.5_coder_7b_drgrpo_code.yaml": 8,
     "qwen2.5_math_1.5b_drgrpo.yaml": 8,
@@ -292,6 +292,8 @@ STEPS_PER_ROLLOUT = {
     "qwen3_8b_drgrpo_lora.yaml": 8,
     "qwen3_8b_drgrpo_vllm_server.yaml": 8,
     "qwen3_8b_grpo.yaml": 8,
+    "smollm2_135m_drgrpo.yaml": 1,  # make demo: 4 micro-batches of 8 accumulated into one step per rollout of 32
+    "smollm2_135m_grpo.yaml": 1,
     "tiny_bias_drgrpo.yaml": 1,  # make bias: one optimizer step per generation round, like the demo
     "tiny_bias_grpo.yaml": 1,
     "tiny_drgrpo.yaml": 1,

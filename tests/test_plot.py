@@ -166,3 +166,18 @@ def test_comparison_rows_notes_and_markdown():
     assert "3.00 / –" in table[1]  # no incorrect held-out answer: shown as missing, not as 0
     assert "held-out pass@1 10.0%" in text
     assert math.isclose(grpo["zero_std_share"], 0.505)
+
+
+def test_per_step_curves_and_their_table():
+    from drgrpo.experiments.comparison import per_step, per_step_markdown, per_step_section
+
+    history = [
+        {"step": 1, d.PASS_RATE: 0.5, d.LENGTH_CORRECT: 10.0, d.LENGTH_INCORRECT: 20.0, d.TRUNCATION_RATE: 0.1},
+        {"step": 2, d.PASS_RATE: 0.0, d.LENGTH_INCORRECT: 30.0, d.TRUNCATION_RATE: 0.2},  # nothing correct: no length
+    ]
+    curves = per_step(history)
+    assert curves["length_correct"] == {1: 10.0} and curves["length_incorrect"] == {1: 20.0, 2: 30.0}
+    table = per_step_markdown({"GRPO": curves, "Dr.GRPO": curves})
+    assert table[2] == "| 1 | 50.0% | 10.00 / 20.00 | 50.0% | 10.00 / 20.00 |"
+    assert table[3] == "| 2 | 0.0% | – / 30.00 | 0.0% | – / 30.00 |"
+    assert per_step_section([{"run": "GRPO", "per_step": curves}])[3].startswith("| step | GRPO pass rate")

@@ -25,6 +25,7 @@ from drgrpo.algorithm.eos import apply_extra_eos_tokens
 from drgrpo.algorithm.family import family_card
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
 from drgrpo.observe import diagnostics, metric_names
+from drgrpo.observe.failure_warnings import DiagnosticsCallback
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class DrGRPOTrainer(GRPOTrainer):
         apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
         self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
         if self.args.diagnostics_warnings:
-            self.add_callback(diagnostics.DiagnosticsCallback(self.args))
+            self.add_callback(DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
             logger.warning(self.args.algorithm_summary)
             logger.warning(family_card(self.args))

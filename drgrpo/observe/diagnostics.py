@@ -1,4 +1,4 @@
-"""Per-step diagnostics of a GRPO / Dr.GRPO run, and a callback that warns when they point at a known failure.
+"""Per-step diagnostics of a GRPO / Dr.GRPO run: the settings of the warnings and the per-batch metrics.
 
 What to watch comes from the background note's section 5 ("When training fails: what to look at first"): pass rate,
 the share of groups whose rewards are all equal split into all-correct / all-wrong, response length split into correct
@@ -6,21 +6,18 @@ the share of groups whose rewards are all equal split into all-correct / all-wro
 truncation, entropy, KL, clip fraction, and the current/old probability ratio before the first update.
 
 Every formula is a small pure function on tensors or lists of floats, so it can be tested against hand-computed
-numbers; `DrGRPOTrainer` only gathers the batch tensors and calls them. All metric names share the `diag/` prefix so
+numbers; `DrGRPOTrainer` only gathers the batch tensors and calls them. The warnings that read these metrics are in
+`drgrpo.observe.failure_warnings`. All metric names share the `diag/` prefix so
 that dashboards (wandb, TensorBoard) group them.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import statistics
-from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import TrainerCallback
 
 # The metric names live in an import-light module, so that plots read them without loading torch.
 from drgrpo.observe.metric_names import (
@@ -30,14 +27,9 @@ from drgrpo.observe.metric_names import (
     LENGTH_INCORRECT,
     PASS_AT_GROUP,
     PASS_RATE,
-    TRL_CLIP_FRACTION,
-    TRL_ENTROPY,
-    TRL_KL,
-    TRL_ZERO_STD_SHARE,
+    TRUNCATED_SHARE_OF_CORRECT,
     TRUNCATION_RATE,
 )
-
-logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -76,6 +68,14 @@ class DiagnosticsArguments:
         default=0.5,
         metadata={"help": "Warn when the share of completions cut at max_completion_length exceeds this."},
     )
+    warn_truncated_correct_share: float = field(
+        default=0.2,
+        metadata={
+            "help": "Warn (truncation collapse) when more than this share of the completions graded correct were cut "
+            "off at max_completion_length: the reward pays for numbers in unfinished text. Fix: "
+            "zero_reward_for_truncated: true."
+        },
+    )
     warn_entropy_below: float = field(
         default=0.05,
         metadata={"help": "Warn when the mean per-token entropy (nats) falls below this."},
@@ -97,7 +97,7 @@ class DiagnosticsArguments:
         """Raise a `ValueError` naming the key when a diagnostics setting is out of range."""
         if self.diagnostics_window < 1:
             raise ValueError(f"diagnostics_window must be >= 1, got {self.diagnostics_window}.")
-        for key in ("warn_zero_std_share", "warn_truncation_rate"):
+        for key in ("warn_zero_std_share", "warn_truncation_rate", "warn_truncated_correct_share"):
             value = getattr(self, key)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{key} is a share of the batch and must be in [0, 1], got {value}.")
@@ -213,6 +213,19 @@ def completion_lengths_and_truncation(
     return lengths, truncated
 
 
+def truncated_share_of_correct(truncated: torch.Tensor, correctness: torch.Tensor, threshold: float = 1.0) -> float:
+    """Share of the completions graded correct that were cut off at the generation limit; NaN when none is correct.
+
+    A truncated completion never wrote its final answer, so a grader that credits it credited a number from the
+    unfinished text. When this share is high the policy is paid for rambling past the limit: the truncation collapse
+    that Liu et al. (arXiv 2503.20783) avoid by scoring truncated completions 0 (`zero_reward_for_truncated`).
+    """
+    correct = correct_mask(correctness, threshold)
+    if not correct.any():
+        return math.nan
+    return truncated.bool()[correct].float().mean().item()
+
+
 def batch_diagnostics(
     lengths: torch.Tensor,
     truncated: torch.Tensor,
@@ -230,6 +243,7 @@ def batch_diagnostics(
     metrics[PASS_RATE] = pass_rate(correctness, threshold)
     metrics.update(group_outcome_shares(correctness, group_size, threshold))
     metrics[LENGTH_CORRECT], metrics[LENGTH_INCORRECT] = mean_length_by_correctness(lengths, correctness, threshold)
+    metrics[TRUNCATED_SHARE_OF_CORRECT] = truncated_share_of_correct(truncated, correctness, threshold)
     return metrics
 
 
@@ -286,120 +300,3 @@ def before_first_update(micro_step: int, generate_every: int, gradient_accumulat
     """
     generated_at = micro_step - micro_step % generate_every
     return generated_at // gradient_accumulation_steps == micro_step // gradient_accumulation_steps
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Warnings (pure conditions + a callback that applies them to the logs)
-# ----------------------------------------------------------------------------------------------------------------------
-def window_mean(values: Sequence[float], window: int) -> float | None:
-    """Mean of the last `window` values, or None until `window` values exist."""
-    if len(values) < window:
-        return None
-    recent = list(values)[-window:]
-    return sum(recent) / window
-
-
-def jumped(values: Sequence[float], factor: float, floor: float, window: int) -> bool:
-    """Whether the latest value is above `floor` and above `factor` times the median of up to `window` before it.
-
-    At least two earlier values are needed, so that a single noisy first log cannot define "normal".
-    """
-    if len(values) < 3:
-        return False
-    latest = values[-1]
-    previous = list(values)[-window - 1 : -1]
-    return latest > floor and latest > factor * statistics.median(previous)
-
-
-@dataclass(frozen=True)
-class FailureWarning:
-    """One warning: the condition that fired and the row of the failure checklist it points at."""
-
-    kind: str
-    message: str
-
-
-# Rows of the background note's checklist (section 5), quoted in the warnings so the reader knows where to look.
-CHECKLIST = {
-    "zero_std": "reward does not move -> check first: share of zero-variance groups, task difficulty, sampling "
-    "temperature, the verifier itself.",
-    "truncation": "every reward 0 because answers are cut off -> raise max_completion_length (the answer never gets "
-    "written) or make the prompt ask for shorter answers; check the stop token (EOS) is generated.",
-    "entropy": "entropy collapses fast -> too little exploration, no diversity within groups, reward scale "
-    "(raise temperature, lower the learning rate, consider clip-higher).",
-    "clip_kl": "KL or clip fraction explodes -> learning rate, update epochs (num_iterations), old-log-prob precision, "
-    "rollout staleness.",
-}
-
-
-def check_history(history: dict[str, list[float]], settings: DiagnosticsArguments) -> list[FailureWarning]:
-    """Every warning condition that holds for the logged `history` (metric name -> values, oldest first)."""
-    window = settings.diagnostics_window
-    found: list[FailureWarning] = []
-    zero_std = window_mean(history.get(TRL_ZERO_STD_SHARE, []), window)
-    if zero_std is not None and zero_std > settings.warn_zero_std_share:
-        found.append(
-            FailureWarning(
-                "zero_std",
-                f"{zero_std:.0%} of groups had all-equal rewards over the last {window} logs (threshold "
-                f"{settings.warn_zero_std_share:.0%}): those groups give zero advantage and no gradient. "
-                + CHECKLIST["zero_std"],
-            )
-        )
-    truncation = window_mean(history.get(TRUNCATION_RATE, []), window)
-    if truncation is not None and truncation > settings.warn_truncation_rate:
-        found.append(
-            FailureWarning(
-                "truncation",
-                f"{truncation:.0%} of completions hit max_completion_length over the last {window} logs (threshold "
-                f"{settings.warn_truncation_rate:.0%}). " + CHECKLIST["truncation"],
-            )
-        )
-    entropy = window_mean(history.get(TRL_ENTROPY, []), window)
-    if entropy is not None and entropy < settings.warn_entropy_below:
-        found.append(
-            FailureWarning(
-                "entropy",
-                f"mean token entropy {entropy:.3g} nats over the last {window} logs is below "
-                f"{settings.warn_entropy_below:g}. " + CHECKLIST["entropy"],
-            )
-        )
-    for key, floor, label in (
-        (TRL_CLIP_FRACTION, settings.warn_clip_fraction_floor, "clip fraction"),
-        (TRL_KL, settings.warn_kl_floor, "KL"),
-    ):
-        values = history.get(key, [])
-        if jumped(values, settings.warn_jump_factor, floor, window):
-            found.append(
-                FailureWarning(
-                    "clip_kl",
-                    f"{label} jumped to {values[-1]:.3g}, more than {settings.warn_jump_factor:g}x its recent median. "
-                    + CHECKLIST["clip_kl"],
-                )
-            )
-    return found
-
-
-class DiagnosticsCallback(TrainerCallback):
-    """Warns once per kind when the training logs match a row of the failure checklist.
-
-    It reads the same numbers that go to the console, `trainer_state.json` and `report_to`, so a warning can always be
-    checked against the logged curves.
-    """
-
-    def __init__(self, settings: DiagnosticsArguments) -> None:
-        self.settings = settings
-        self.history: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=settings.diagnostics_window + 1))
-        self.warned: set[str] = set()
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or not state.is_world_process_zero:
-            return
-        for key in (TRL_ZERO_STD_SHARE, TRUNCATION_RATE, TRL_ENTROPY, TRL_CLIP_FRACTION, TRL_KL):
-            value = logs.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                self.history[key].append(float(value))
-        for warning in check_history(self.history, self.settings):
-            if warning.kind not in self.warned:
-                self.warned.add(warning.kind)
-                logger.warning("Diagnostics at step %d: %s", state.global_step, warning.message)

@@ -153,7 +153,12 @@ def lora_parameters(config: dict[str, Any], rank: int, target_modules: str | Seq
 
 
 def load_model_config(model_name_or_path: str) -> tuple[dict[str, Any] | None, str]:
-    """The model's config.json fields (local folder first, then `BUILTIN_MODEL_CONFIGS`) and where they came from."""
+    """The model's config.json fields (local folder or prepared model first, then `BUILTIN_MODEL_CONFIGS`) and where
+    they came from. A prepared short name (`smollm2-135m-instruct`) is read from the model cache when it is there."""
+    from drgrpo.core.models import PREPARED_MODELS, is_prepared, prepared_model_dir
+
+    if model_name_or_path in PREPARED_MODELS and is_prepared(prepared_model_dir(model_name_or_path)):
+        model_name_or_path = str(prepared_model_dir(model_name_or_path))
     local = Path(model_name_or_path) / "config.json"
     if local.is_file():
         return json.loads(local.read_text()), str(local)

