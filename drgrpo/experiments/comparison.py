@@ -216,7 +216,8 @@ def comparison_markdown(
     lines.append("")
     if baseline is not None:
         lines.append(
-            f"Starting point (the warm-started model, before RL): held-out pass@1 {_percent(baseline['pass@1'])}."
+            f"Starting point (the model both runs start from, before RL): held-out pass@1 "
+            f"{_percent(baseline['pass@1'])}."
         )
     lines += ["", "Algorithms:", *[f"- {row['run']}: `{row['algorithm']}`" for row in rows]]
     if notes:
