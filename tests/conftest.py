@@ -7,6 +7,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -19,6 +20,18 @@ os.environ.pop("MAKELEVEL", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+# Capabilities a machine must have for its tests to run rather than skip (comma-separated, or `all`). `.ci/run` sets
+# `all`: CI's machine has namespaces, root, `unshare -n` and PyPI, so a test that would skip there fails instead.
+REQUIRE_ENV = "DRGRPO_REQUIRE"
+
+
+def skip_unless_required(requirement: str, reason: str) -> NoReturn:
+    """Skip the calling test for `reason` (a missing `requirement` of the machine), or fail it where `$DRGRPO_REQUIRE`
+    names `requirement` or `all`: a skip is never silent on a machine that is meant to run the test."""
+    required = {name.strip() for name in os.environ.get(REQUIRE_ENV, "").split(",") if name.strip()}
+    if requirement in required or "all" in required:
+        pytest.fail(f"{reason}; {REQUIRE_ENV}={os.environ[REQUIRE_ENV]} requires {requirement!r} on this machine")
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import skip_unless_required
 
 from rewards import BUILTINS, RewardArguments, get_reward_funcs
 from rewards.code import (
@@ -133,7 +134,7 @@ def code_reward_or_skip(settings: RewardArguments):
     try:
         (reward,) = get_reward_funcs(["code"], settings)
     except NamespacesUnavailable as exc:
-        pytest.skip(f"no namespaces on this kernel: {exc}")
+        skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
     return reward
 
 
@@ -163,7 +164,7 @@ def test_the_time_limit_is_cpu_time_and_the_wall_limit_twice_it():
         try:
             waits = sandbox.run("import time\ntime.sleep(1.8)\nprint('ok')\n")
         except NamespacesUnavailable as exc:
-            pytest.skip(f"no namespaces on this kernel: {exc}")
+            skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
         assert (waits.status, waits.text) == ("ok", "ok\n") and waits.wall_s > 1.5 and waits.cpu_s < 0.5, waits
         sleeps = sandbox.run("import time\ntime.sleep(30)\n")
         assert sleeps.status == "timeout" and 3.0 <= sleeps.wall_s < 5.0, sleeps
@@ -260,9 +261,11 @@ def test_without_namespaces_the_sandbox_refuses_unless_the_fallback_is_allowed(m
             sandbox.start()
     python = "/usr/bin/python3"  # the fallback has no mount namespace: the interpreter must be reachable as is
     if os.geteuid() != 0:
-        pytest.skip("the fallback is for root trainers only (test_an_unprivileged_trainer_is_refused_the_fallback)")
+        skip_unless_required(
+            "root", "the fallback is for root trainers only (test_an_unprivileged_trainer_is_refused_the_fallback)"
+        )
     if not os.access(python, os.X_OK):
-        pytest.skip("no system Python for the fallback")
+        skip_unless_required("system_python", "no system Python for the fallback")
     with Sandbox(1, SandboxLimits(timeout=2.0), allow_network_fallback=True, python=python) as sandbox:
         result = sandbox.run("import os\nprint(os.getuid(), sorted(os.environ))")
         assert sandbox.mode == "fallback"
@@ -316,7 +319,7 @@ def test_a_dead_runner_costs_one_sandbox_error_and_is_replaced():
         try:
             assert sandbox.run("print(1)").status == "ok"
         except NamespacesUnavailable as exc:
-            pytest.skip(f"no namespaces on this kernel: {exc}")
+            skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
         (first,) = sandbox.pids
         os.kill(first, signal.SIGKILL)
         result = sandbox.run("print(2)")
@@ -374,7 +377,7 @@ def test_only_a_kernel_refusal_of_namespaces_is_a_skip_reason(monkeypatch):
         try:
             sandbox.start()
         except NamespacesUnavailable as exc:
-            pytest.skip(f"no namespaces on this kernel: {exc}")
+            skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
         except SandboxUnavailable as exc:
             assert "trivial program failed" in str(exc)
         else:

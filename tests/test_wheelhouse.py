@@ -8,7 +8,7 @@ import subprocess
 import urllib.request
 
 import pytest
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, skip_unless_required
 
 from drgrpo.setup.wheelhouse import target_args, target_requirements, torch_closure, wheelhouse_plan
 
@@ -103,9 +103,11 @@ def test_make_install_from_the_wheelhouse_with_the_network_cut(tmp_path):
     """`make wheelhouse` (this machine's Python and platform, EXTRAS=dev), then `make install WHEELHOUSE=...` into a
     new venv inside a network namespace with no network at all, then the stack imports there."""
     if not network_can_be_cut():
-        pytest.skip("`unshare -n` is not allowed here (needs root or user namespaces): cannot cut the network")
+        skip_unless_required(
+            "network_cut", "`unshare -n` is not allowed here (needs root or user namespaces): cannot cut the network"
+        )
     if not pypi_reachable():
-        pytest.skip("PyPI is not reachable: the wheelhouse cannot be downloaded")
+        skip_unless_required("pypi", "PyPI is not reachable: the wheelhouse cannot be downloaded")
     wheels, venv = tmp_path / "wheels", tmp_path / "venv"
     built = subprocess.run(
         ["make", "-s", "wheelhouse", f"WHEELHOUSE={wheels}", "EXTRAS=dev"],
