@@ -379,6 +379,17 @@ def _schedule(config: dict[str, Any], out: Conversion) -> None:
         out.lossy[ACTOR + "optim.betas"] = f"{betas!r}: two numbers expected"
 
 
+def _set_frequency(out: Conversion, config: dict[str, Any], verl_key: str, prefix: str) -> None:
+    """verl's `trainer.save_freq` / `trainer.test_freq` (every N steps, <= 0 never) as TRL's `{prefix}_strategy` and
+    `{prefix}_steps`."""
+    every, source = config[verl_key], out.source(verl_key)
+    if every > 0:
+        out.set(f"{prefix}_strategy", "steps", source)
+        out.set(f"{prefix}_steps", int(every), source)
+    else:
+        out.set(f"{prefix}_strategy", "no", source)
+
+
 def _data_and_logging(config: dict[str, Any], out: Conversion) -> None:
     get = config.get
     for key, target in (("data.train_files", "dataset_path"), ("data.val_files", "dataset_test_path")):
@@ -395,18 +406,8 @@ def _data_and_logging(config: dict[str, Any], out: Conversion) -> None:
             "verl's parquet keeps the gold answer in reward_model.ground_truth and the prompt as chat messages: "
             "flatten them to a question column (prompt_column) and an answer column (answer_column) first"
         )
-    save = config["trainer.save_freq"]
-    if save > 0:
-        out.set("save_strategy", "steps", out.source("trainer.save_freq"))
-        out.set("save_steps", int(save), out.source("trainer.save_freq"))
-    else:
-        out.set("save_strategy", "no", out.source("trainer.save_freq"))
-    test = config["trainer.test_freq"]
-    if test > 0:
-        out.set("eval_strategy", "steps", out.source("trainer.test_freq"))
-        out.set("eval_steps", int(test), out.source("trainer.test_freq"))
-    else:
-        out.set("eval_strategy", "no", out.source("trainer.test_freq"))
+    _set_frequency(out, config, "trainer.save_freq", "save")
+    _set_frequency(out, config, "trainer.test_freq", "eval")
     loggers = get("trainer.logger")
     if loggers is not None:
         loggers = loggers if isinstance(loggers, list) else [loggers]
