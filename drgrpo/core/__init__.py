@@ -1,5 +1,5 @@
-"""What every layer uses: the user-error machinery, the checkpoint folders of a run, which model a name means, and
-torch's thread count.
+"""What every layer uses: the user-error machinery, the checkpoint folders of a run, which model a name means,
+torch's thread count, and whether the CPU computes bf16 natively.
 
 May import: the standard library only (torch and huggingface_hub lazily, inside functions). Everything else in
 `drgrpo/` and `rewards/` may import this package.
@@ -9,5 +9,6 @@ Modules, each importing only the ones listed before it:
 - `checkpoints`: the `checkpoint-N` folders of an output directory, the newest complete one to resume from;
 - `models`: which model a name means (prepared short names, local folders, hub ids), checked before loading, and
   loading from the cache first;
-- `threads`: torch's thread count from the cores other processes leave free, re-chosen as that changes.
+- `threads`: torch's thread count from the cores other processes leave free, re-chosen as that changes;
+- `cpu_bf16`: whether the CPU computes bf16 natively (its flags), and what a recipe's `bf16: auto` resolves to.
 """

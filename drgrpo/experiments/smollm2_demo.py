@@ -58,9 +58,13 @@ def strict_accuracy(samples_file: Path) -> float:
     return sum(strict_correct(r.get("extracted"), str(r["gold"])) for r in rows) / max(1, len(rows))
 
 
-def held_out(model: str, test_file: Path, output_dir: Path, max_new_tokens: int, batch_size: int) -> dict:
-    """Greedy evaluation on the held-out problems with the chat template, by the project's evaluator."""
+def held_out(
+    model: str, test_file: Path, output_dir: Path, max_new_tokens: int, batch_size: int, bf16: bool = False
+) -> dict:
+    """Greedy evaluation on the held-out problems with the chat template, by the project's evaluator, in training's
+    precision (`bf16`: float32 weights under bf16 autocast, as training generates; else float32)."""
     from drgrpo.evaluation import evaluate
+    from drgrpo.evaluation.backends import BF16_AUTOCAST
 
     summary = evaluate(
         model_path=model,
@@ -73,6 +77,7 @@ def held_out(model: str, test_file: Path, output_dir: Path, max_new_tokens: int,
         max_new_tokens=max_new_tokens,
         output_dir=str(output_dir),
         batch_size=batch_size,
+        dtype=BF16_AUTOCAST if bf16 else "float32",
         overwrite=True,  # the demo retrains each run: never resume from an earlier run's samples
     )
     summary["strict_pass@1"] = strict_accuracy(output_dir / "samples.jsonl")
@@ -117,14 +122,18 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
     script_args, training_args, model_args = parse_recipe([settings.recipe, *overrides])
     resolve_model(model_args.model_name_or_path)  # not prepared: one line naming `make smollm2`, before any work
     budget = training_args.max_completion_length
+    bf16 = bool(training_args.bf16)
+    compute = "bf16 autocast" if bf16 else "float32"
+    precision = f"{compute} in training, generation and evaluation ({training_args.bf16_reason})"
+    logger.warning("demo precision: %s", precision)
 
     before = held_out(
-        model_args.model_name_or_path, data["test"], out / "eval" / "before", budget, settings.eval_batch_size
+        model_args.model_name_or_path, data["test"], out / "eval" / "before", budget, settings.eval_batch_size, bf16
     )
     train_start = time.perf_counter()
     trainer = train(script_args, training_args, model_args)
     train_seconds = time.perf_counter() - train_start
-    after = held_out(str(out / "model"), data["test"], out / "eval" / "after", budget, settings.eval_batch_size)
+    after = held_out(str(out / "model"), data["test"], out / "eval" / "after", budget, settings.eval_batch_size, bf16)
     plot_runs({"Dr.GRPO": trainer.state.log_history}, out / "curves.png", title="SmolLM2-135M-Instruct, Dr.GRPO")
 
     summary = {
@@ -150,6 +159,7 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "algorithm": training_args.algorithm_summary,
+        "precision": precision,
         "overrides": list(settings.rl_overrides),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -167,6 +177,7 @@ def format_summary(summary: dict, output_dir: str) -> str:
             f"{summary['strict_accuracy_before']:.1f}% -> "
             f"{summary['strict_accuracy_after']:.1f}%; truncated {summary['truncated_before']:.1f}% -> "
             f"{summary['truncated_after']:.1f}%",
+            f"precision: {summary['precision']}",
             f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
             f"{summary['peak_rss_gb']:.1f} GB, torch threads {summary['torch_threads_used']} (count: times chosen)",
             f"summary: {output_dir}/summary.json; curves: {output_dir}/curves.png; samples: "
