@@ -242,3 +242,33 @@ def test_bf16_logps_differ_boundedly_and_the_first_update_ratio_is_one(tmp_path,
     logged = next(entry for entry in trainer.state.log_history if "diag/ratio/first_update_mean" in entry)
     assert logged["diag/ratio/first_update_mean"] == 1.0
     assert logged["diag/ratio/first_update_max_abs_log"] == 0.0
+
+
+def test_evaluation_precision_on_cpu(monkeypatch):
+    import drgrpo.core.cpu_bf16 as cpu_module
+    from drgrpo.evaluation.backends import BF16_AUTOCAST, cpu_precision
+
+    monkeypatch.setattr(cpu_module, "this_cpu_bf16", lambda: NATIVE)
+    assert cpu_precision("auto") == ("float32", True, "float32 weights under bf16 autocast (dtype auto: this CPU has "
+                                     "avx512_bf16)")  # fmt: skip
+    monkeypatch.setattr(cpu_module, "this_cpu_bf16", lambda: EMULATED)
+    assert cpu_precision("auto")[:2] == ("float32", False) and "no avx512_bf16" in cpu_precision("auto")[2]
+    assert cpu_precision(BF16_AUTOCAST)[:2] == ("float32", True)
+    assert cpu_precision("float32")[:2] == ("float32", False) and cpu_precision("bfloat16")[:2] == ("bfloat16", False)
+
+
+@pytest.mark.parametrize("dtype, autocast", [("bf16-autocast", True), ("float32", False)])
+def test_the_evaluator_generates_in_the_precision_it_names(tiny_model_path, dtype, autocast):
+    from transformers import AutoTokenizer
+
+    from drgrpo.evaluation.backends import Request, TransformersBackend
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    backend = TransformersBackend(str(tiny_model_path), tokenizer, dtype=dtype, device="cpu")
+    seen = set()
+    backend.model.model.layers[0].mlp.down_proj.register_forward_hook(
+        lambda module, inputs, output: seen.add((torch.is_autocast_enabled("cpu"), output.dtype, module.weight.dtype))
+    )
+    ids = tuple(tokenizer("1+2=")["input_ids"])
+    backend.generate([Request(0, 0, ids, 0), Request(1, 0, ids, 1)], temperature=0.0, top_p=1.0, max_new_tokens=3)
+    assert seen == {(autocast, torch.bfloat16 if autocast else torch.float32, torch.float32)}
