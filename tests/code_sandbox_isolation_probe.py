@@ -103,6 +103,16 @@ SYNC = (  # writeback of every dirty page of the host (sync), of one file system
     "if libc.syscall(%d, fd) == 0:\n    done.append('syncfs')\nprint(' '.join(done) or 'refused')\n"
 )
 
+ORDINARY = (  # what programs do every day still works: fcntl's other commands, sqlite in memory; a file database
+    # fails at once, with the refused lock's EPERM ("access permission denied", not a 5 s busy wait on "locked")
+    "import fcntl, os, sqlite3\nr, w = os.pipe()\n"
+    "fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_NONBLOCK)\n"
+    "fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 16)\nos.close(fcntl.fcntl(r, fcntl.F_DUPFD_CLOEXEC, 10))\n"
+    "db = sqlite3.connect(':memory:')\ndb.execute('create table t(x)')\nprint('in memory')\ntry:\n"
+    "    sqlite3.connect('file.db').execute('create table t(x)')\nexcept sqlite3.OperationalError as e:\n"
+    "    print('file:', e)\n"
+)
+
 
 def result_of(result) -> dict:
     return {"status": result.status, "stdout": result.text.strip(), "cpu_s": getattr(result, "cpu_s", None)}
@@ -212,6 +222,7 @@ def sockets_left(report: dict, fallback: bool, python: str | None) -> None:
 def sync(report: dict, fallback: bool, python: str | None) -> None:
     with Sandbox(1, SandboxLimits(timeout=5.0), fallback, python) as sandbox:
         report["sync"] = result_of(sandbox.run(SYNC % SYNC_CALLS))
+        report["ordinary"] = result_of(sandbox.run(ORDINARY))
 
 
 def main() -> None:

@@ -17,14 +17,15 @@ A classic BPF program, assembled here and installed by the runner in each progra
 - `unshare`, `setns`, and `clone` with a `CLONE_NEW*` flag (EPERM); `clone3` (ENOSYS: its flags are out of the
   filter's reach; the C library then falls back to `clone`): a program in a user namespace of its own could mount a
   tmpfs of its own, outside the inode and size limits of /tmp;
-- what reaches beyond the program through the files it shares with the host and the other programs (the
-  read-only system folders) or the whole kernel (issue 34): `sync`, `syncfs` (EPERM: writeback of the host's dirty
-  pages, waited for uninterruptibly); `flock` and the lock commands of `fcntl` (`F_GETLK`, `F_SETLK`, `F_SETLKW`
-  and their `F_OFD_*` forms: ENOLCK, what a file system without locks answers), leases and `F_NOTIFY` (EPERM),
-  checked on `fcntl`'s command as `clone`'s flags are: a lock on `/etc/passwd` is a channel between two programs
-  and can block a host process; `inotify_init`, `inotify_init1`, `fanotify_init` (EPERM: watching a shared file is
-  a channel too); `perf_event_open`, `bpf`, `userfaultfd`, `syslog`, `cachestat` (EPERM: hardware counters, kernel
-  programs, the exploits' favourite fault handler, the kernel log, page-cache residency of shared files);
+- what reaches beyond the program through the files it shares with the host and the other programs (the read-only
+  system folders) or the whole kernel (issue 34): `sync`, `syncfs` (EPERM: writeback of the host's dirty pages,
+  waited for uninterruptibly); `flock`, the lock commands of `fcntl` (`F_GETLK`, `F_SETLK`, `F_SETLKW` and their
+  `F_OFD_*` forms), leases and `F_NOTIFY` (EPERM, which sqlite, say, reports at once, where ENOLCK or EACCES would
+  make it retry for its 5 s busy timeout), checked on `fcntl`'s command as `clone`'s flags are: a lock on
+  `/etc/passwd` is a channel between two programs and can block a host process; `inotify_init`, `inotify_init1`,
+  `fanotify_init` (EPERM: watching a shared file is a channel too); `perf_event_open`, `bpf`, `userfaultfd`,
+  `syslog`, `cachestat` (EPERM: hardware counters, kernel programs, the exploits' favourite fault handler, the
+  kernel log, page-cache residency of shared files);
 - where the runner has no memory cgroup (`accounted_memory=False`), `memfd_create`, `memfd_secret` and the SysV
   `shmget` and `msgget` (EPERM): their pages belong to no process, so no rlimit and no OOM killer sees them; where
   the program has no IPC namespace of its own (`private_ipc=False`, a fallback that may not make one), every SysV
@@ -111,7 +112,7 @@ def program_filter(
     if x32:
         code.append((_JGE, "kill", "next", 0x40000000))
     code += [(_JEQ, "eperm", "next", number) for number in sorted({numbers[n] for n in refused if n in numbers})]
-    code += [(_JEQ, "enolck", "next", numbers["flock"]), (_JEQ, "fcntl", "next", numbers["fcntl"])]
+    code += [(_JEQ, "eperm", "next", numbers["flock"]), (_JEQ, "fcntl", "next", numbers["fcntl"])]
     code += [(_JEQ, "enosys", "next", numbers["clone3"]), (_JEQ, "clone", "next", numbers["clone"])]
     code += [(_JEQ, "socket", "next", numbers["socket"]), (_JEQ, "pair", "next", numbers["socketpair"])]
     code += [(_RET, 0, 0, _ALLOW)]
@@ -119,8 +120,7 @@ def program_filter(
     code += [(_LD_ABS, 0, 0, _ARG0), (_JSET, "eperm", "allow", NAMESPACE_FLAGS)]
     labels["fcntl"] = len(code)
     code.append((_LD_ABS, 0, 0, _ARG1))
-    code += [(_JEQ, "enolck", "next", command) for command in FCNTL_LOCKS]
-    code += [(_JEQ, "eperm", "next", command) for command in FCNTL_REFUSED]
+    code += [(_JEQ, "eperm", "next", command) for command in (*FCNTL_LOCKS, *FCNTL_REFUSED)]
     code.append((_RET, 0, 0, _ALLOW))
     for label, families in (("socket", socket_families(namespaces)), ("pair", (socket.AF_UNIX,))):
         labels[label] = len(code)
@@ -130,8 +130,6 @@ def program_filter(
     for label, value in (("allow", _ALLOW), ("kill", _KILL_PROCESS), ("eperm", _ERRNO | errno.EPERM)):
         labels[label] = len(code)
         code.append((_RET, 0, 0, value))
-    labels["enolck"] = len(code)
-    code.append((_RET, 0, 0, _ERRNO | errno.ENOLCK))
     labels["enosys"] = len(code)
     code.append((_RET, 0, 0, _ERRNO | errno.ENOSYS))
 
