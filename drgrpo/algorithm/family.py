@@ -63,9 +63,10 @@ class FamilyArguments:
         default="pad",
         metadata={
             "help": "When dynamic_sampling_max_rounds rounds leave the batch short of groups whose rewards differ: "
-            "'pad' fills it with the last round's all-equal groups, each with advantage exactly 0 and no loss weight "
-            "(whatever kl_in_reward_coef and scale_rewards say; the batch size and the dr_grpo normaliser stay), "
-            "warned once and counted in dynamic_sampling/groups_padded; 'raise' stops the run, as verl does."
+            "'pad' fills it with the last round's all-equal groups, each with advantage exactly 0 (whatever "
+            "kl_in_reward_coef and scale_rewards say) and trained as TRL trains any all-equal group: in every "
+            "loss_type's normaliser, under beta's KL; warned once and counted in dynamic_sampling/groups_padded; "
+            "'raise' stops the run, as verl does."
         },
     )
 

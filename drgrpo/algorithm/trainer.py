@@ -123,7 +123,7 @@ class DrGRPOTrainer(GRPOTrainer):
 
     # Override: the diagnostics are logged here, on the batch that is trained on. With `dynamic_sampling` that batch is
     # assembled from several generation rounds of `_score_generation` (drgrpo/algorithm/dynamic_sampling.py), which
-    # logs TRL's figures and ours for the assembled batch itself, before its padding groups lose their loss weight.
+    # logs TRL's figures and ours for the assembled batch itself (its padding groups, advantage 0, included).
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
