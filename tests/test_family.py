@@ -101,7 +101,9 @@ def test_explain_says_when_the_ratio_is_one_and_the_vllm_mismatch_uncorrected():
 def test_log_probs_line_follows_trls_rule_for_recomputing_pi_old(tmp_path):
     base = {"num_generations": 8, "per_device_train_batch_size": 8, "use_vllm": True}
     # Aligned, IS correction on: TRL recomputes pi_old for the correction, which corrects the mismatch.
-    on = card(tmp_path, **base, vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate")
+    on = card(
+        tmp_path, **base, vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate"
+    )
     assert "pi_old recomputed by the trainer" in on["log-probs"]
     assert "mismatch corrected by IS token_truncate (cap 3.0)" in on["log-probs"]
     # Misaligned (1 accumulation step, 4 per generation), no correction: recomputed, the mismatch stays.

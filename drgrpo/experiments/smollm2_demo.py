@@ -6,7 +6,8 @@ Stages, all seeded by `--seed` (the task split and the training seed):
    one- or two-digit numbers, 200 held-out problems disjoint from training by operand pair;
 2. greedy held-out accuracy of the model as prepared (`make smollm2`), by the project's evaluator, graded like the
    `accuracy` reward, and a sample cut at the generation budget counts wrong (the Dr.GRPO paper's rule, which the
-   recipe's `zero_reward_for_truncated` applies in training; `--truncated_as_wrong false` credits what the grader reads);
+   recipe's `zero_reward_for_truncated` applies in training; `--truncated_as_wrong false` credits what the grader
+   reads);
 3. Dr.GRPO with `recipes/smollm2_135m_drgrpo.yaml` through the same `parse_recipe` + `train` path as
    `scripts/train.py`;
 4. greedy held-out accuracy after training; `summary.json`, the training curves and the samples in `output_dir`.
