@@ -34,12 +34,16 @@ from pathlib import Path
 
 from transformers import PrinterCallback, TrainerCallback
 
-VARIANTS = ("trl_defaults", "float32_before", "default", "bf16", "float32")
+VARIANTS = ("trl_defaults", "float32_before", "default", "bf16", "float32", "checkpointing")
 OURS = {
-    "float32_before": {"bf16": "false", "sort_by_length": "false", "compact_lm_head": "false"},
+    # The recipe as it was on main before issue 29.
+    "float32_before": {"bf16": "false", "sort_by_length": "false", "compact_lm_head": "false",
+                       "gradient_checkpointing": "true", "per_device_train_batch_size": "8",
+                       "gradient_accumulation_steps": "4"},  # fmt: skip
     "default": {},
     "bf16": {"bf16": "true"},
     "float32": {"bf16": "false"},
+    "checkpointing": {"gradient_checkpointing": "true"},
 }
 RECIPE = "recipes/smollm2_135m_drgrpo.yaml"
 # What `trl_defaults` takes from the recipe: the batch, the task and the optimizer's rate; nothing about precision,
@@ -90,8 +94,8 @@ def timed(owner, name: str, totals: dict[str, list[float]], key: str) -> None:
     setattr(owner, name, wrapper)
 
 
-def build(variant: str, output_dir: Path, steps: int, clock: StepClock):
-    """The trainer of one variant, on the same data, model and seed."""
+def build(variant: str, output_dir: Path, steps: int, clock: StepClock, extra: dict[str, str] | None = None):
+    """The trainer of one variant, on the same data, model and seed (`extra`: recipe keys set in every variant)."""
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
@@ -105,7 +109,7 @@ def build(variant: str, output_dir: Path, steps: int, clock: StepClock):
     data = write_chat_addition_task(output_dir / "data", seed=0)
     overrides = {"dataset_path": str(data["train"]), "output_dir": str(output_dir / "run"), "max_steps": steps,
                  "zero_reward_for_truncated": "false", "logging_steps": 1, "disable_tqdm": "true",
-                 **OURS.get(variant, {})}  # fmt: skip
+                 **(extra or {}), **OURS.get(variant, {})}  # fmt: skip
     argv = [RECIPE, *(x for key, value in overrides.items() for x in (f"--{key}", str(value)))]
     script_args, config, model_args = parse_recipe(argv)
     model = resolve_model(model_args.model_name_or_path)
@@ -126,7 +130,7 @@ def build(variant: str, output_dir: Path, steps: int, clock: StepClock):
     return trainer
 
 
-def worker(variant: str, steps: int, threads: int) -> None:
+def worker(variant: str, steps: int, threads: int, extra: dict[str, str]) -> None:
     """Child process: train one variant; print its step times, phases, precision and peak RSS as one JSON line."""
     import torch
 
@@ -136,7 +140,7 @@ def worker(variant: str, steps: int, threads: int) -> None:
     stage = {"now": "loss"}
     with tempfile.TemporaryDirectory() as tmp:
         clock = StepClock()
-        trainer = build(variant, Path(tmp), steps, clock)
+        trainer = build(variant, Path(tmp), steps, clock, extra)
         probe = trainer.model.model.layers[0].mlp.down_proj
 
         def record(module, inputs, output):
@@ -204,10 +208,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2, help="steps per run; all but the first are timed")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every run")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="recipe keys set in every variant (e.g. per_device_train_batch_size=4)")  # fmt: skip
     parser.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.set)
     if args.worker:
-        return worker(args.worker, args.steps, args.threads)
+        return worker(args.worker, args.steps, args.threads, extra)
 
     from drgrpo.core.cpu_bf16 import this_cpu_bf16
 
@@ -219,7 +226,7 @@ def main() -> None:
         order = args.variants if round_index % 2 == 0 else list(reversed(args.variants))
         for variant in order:
             command = [sys.executable, __file__, "--worker", variant, "--steps", str(args.steps),
-                       "--threads", str(args.threads)]  # fmt: skip
+                       "--threads", str(args.threads), "--set", *args.set]  # fmt: skip
             started = load()
             done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
             if done.returncode != 0:

@@ -272,3 +272,34 @@ def test_the_evaluator_generates_in_the_precision_it_names(tiny_model_path, dtyp
     ids = tuple(tokenizer("1+2=")["input_ids"])
     backend.generate([Request(0, 0, ids, 0), Request(1, 0, ids, 1)], temperature=0.0, top_p=1.0, max_new_tokens=3)
     assert seen == {(autocast, torch.bfloat16 if autocast else torch.float32, torch.float32)}
+
+
+def test_auto_on_this_machine_from_the_users_side(tiny_model_path, addition_data, tmp_path):
+    """No simulation: `scripts/train.py` with `bf16: auto` on the CPU the tests run on. The development machine has no
+    native bf16 (an AVX2-only Zen 2), so there it must train in float32 and say why in one line naming the flags it
+    looked for; on a CPU with native bf16 the same line says bf16 autocast and the flag found."""
+    import platform
+    import subprocess
+
+    from conftest import PYTHON, ROOT
+
+    from drgrpo.core.cpu_bf16 import bf16_flags_for, this_cpu_bf16
+
+    cpu = this_cpu_bf16()
+    command = [
+        PYTHON, "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--bf16", "auto",
+        "--model_name_or_path", str(tiny_model_path), "--dataset_path", str(addition_data["train"]),
+        "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--per_device_train_batch_size", "8",
+        "--num_generations", "4",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if "bf16: auto" in line]
+    assert len(lines) == 1, lines
+    assert lines[0].endswith(f"bf16: auto, {cpu.reason}")
+    if cpu.supported:
+        assert "precision: training bf16 autocast over float32 trained weights" in lines[0]
+    else:
+        assert "precision: training float32 over float32 trained weights" in lines[0]
+        assert "generation float32" in lines[0]
+        assert all(flag in lines[0] for flag in bf16_flags_for(platform.machine()))  # avx512_bf16, amx_bf16 on x86

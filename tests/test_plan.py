@@ -292,7 +292,7 @@ STEPS_PER_ROLLOUT = {
     "qwen3_8b_drgrpo_lora.yaml": 8,
     "qwen3_8b_drgrpo_vllm_server.yaml": 8,
     "qwen3_8b_grpo.yaml": 8,
-    "smollm2_135m_drgrpo.yaml": 1,  # make demo: 4 micro-batches of 8 accumulated into one step per rollout of 32
+    "smollm2_135m_drgrpo.yaml": 1,  # make demo: 8 micro-batches of 4 accumulated into one step per rollout of 32
     "smollm2_135m_grpo.yaml": 1,
     "tiny_bias_drgrpo.yaml": 1,  # make bias: one optimizer step per generation round, like the demo
     "tiny_bias_grpo.yaml": 1,
