@@ -32,7 +32,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# --no-build-isolation below builds with the venv's own setuptools: Python 3.12+ venvs have none, 3.11's is too old.
-	$(PY) -m pip install -q --upgrade pip "setuptools>=68" wheel
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install -q $(TORCH)
 	# The torch build installed above stays: the extras resolve against it (vLLM pins one exact torch release) or pip
 	# stops at once, naming the torch they need. deepspeed builds against it, not a fresh one in an isolated build env.
