@@ -16,10 +16,11 @@ This module imports only the standard library, so that scripts can install the h
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +71,27 @@ def command_flag(flag: str) -> str:
     """A command-line fix as the user has to type it: `--overwrite true`, or `ARGS="--overwrite true"` when the
     script runs under `make` (GNU make sets MAKELEVEL for the commands of its recipes)."""
     return f'ARGS="{flag}"' if os.environ.get("MAKELEVEL") else flag
+
+
+def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """`parser.parse_args(argv)` for a script whose recipe overrides come after `--` (an `argparse.REMAINDER`
+    positional: scripts/demo.py, demo_tiny.py, bias.py). An option the script does not know, given before `--`, is a
+    `RecipeError` with the command line that works (`make demo ARGS="-- --max_steps 2"`), not argparse's bare
+    "unrecognized arguments"."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    known = parser._option_string_actions
+    unknown = [i for i, token in enumerate(head) if token.startswith("-") and token.split("=")[0] not in known]
+    if unknown:
+        first = unknown[0]
+        fixed = " ".join([*head[:first], "--", *head[first:], *argv[len(head) + 1 :]])
+        command = command_flag(fixed) if os.environ.get("MAKELEVEL") else f"python scripts/{parser.prog} {fixed}"
+        options = ", ".join(option for option in known if option.startswith("--"))
+        raise RecipeError(
+            f"{head[first].split('=')[0]} is not an option of {parser.prog} ({options}): recipe keys go after `--`: "
+            f"{command}"
+        )
+    return parser.parse_args(argv)
 
 
 def run_main(main: Callable[[], object]) -> None:

@@ -18,7 +18,7 @@ from drgrpo.core.models import resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
-from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
+from drgrpo.evaluation.benchmarks import PRESETS, SHIPPED_SUBSETS, resolve_preset
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
@@ -174,7 +174,10 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
         name = preset.name if preset else _sanitize(f"{path.parent.name}_{path.stem}" if generic else path.stem)
     else:
         rows = load_rows(
-            dataset_name=preset.dataset_name, dataset_config=preset.dataset_config, split=args.split or preset.split
+            dataset_name=preset.dataset_name,
+            dataset_config=preset.dataset_config,
+            split=args.split or preset.split,
+            shipped=SHIPPED_SUBSETS.get(preset.name),
         )
         source = f"{preset.dataset_name} ({preset.dataset_config or 'default'}, {args.split or preset.split})"
         name = preset.name
