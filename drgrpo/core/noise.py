@@ -13,6 +13,8 @@ shows:
   to True, so every run printed three of them whatever its recipe says; the names still work.
 
 `quiet_library_noise` is called once when the `drgrpo` package is imported, before anything imports DeepSpeed.
+(Parsing a recipe also filters the first of those warnings locally, `drgrpo.recipe.cli`, so that it stays quiet
+under a caller's own `warnings.simplefilter`.)
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ __all__ = [
 
 HELP_ALL = "--help-all"
 TRAIN_USAGE = "python scripts/train.py RECIPE.yaml [--key value ...]"
+GRADIENT_CHECKPOINTING_DEPRECATION = r"`gradient_checkpointing(_kwargs)?` is deprecated"
 # Checks that only inspect a recipe (--show_prompts) run on a CPU login node for any target world size: TRL checks
 # the batch keys against the *current* world size (one CPU process), so they are parsed with stand-ins that pass at
 # any world size (`scripts/plan.py` checks the recipe's own values for the target), and `use_cpu` so that
@@ -138,9 +140,12 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
     if preflight:
         argv = [*argv, *preflight_overrides(values)]
     try:
-        # transformers' FutureWarning that `gradient_checkpointing` is deprecated (TRL defaults it to True for every
-        # recipe) is filtered once for the process, by drgrpo.core.noise.
-        script_args, training_args, model_args = parser.parse_args_and_config(argv)
+        with warnings.catch_warnings():
+            # TRL 1.16's GRPOConfig defaults `gradient_checkpointing` to True, so transformers warns that the name is
+            # deprecated for every recipe, even one that never sets it. The key still works (transformers copies it
+            # to `activation_checkpointing`, and TRL reads it), so the warning has nothing for the user to do.
+            warnings.filterwarnings("ignore", message=GRADIENT_CHECKPOINTING_DEPRECATION, category=FutureWarning)
+            script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except RecipeError:
         raise
     except ValueError as error:
