@@ -13,7 +13,8 @@ from conftest import PYTHON, ROOT
 
 from drgrpo.recipe.launch_script import script_words
 
-VERL_QWEN3_8B = ROOT / "tests/fixtures/verl/run_qwen3-8b.sh"  # the shape of verl's examples/grpo_trainer/run_qwen3-8b.sh
+# The shape of verl's examples/grpo_trainer/run_qwen3-8b.sh.
+VERL_QWEN3_8B = ROOT / "tests/fixtures/verl/run_qwen3-8b.sh"
 
 
 def from_verl(script: Path, output: Path, *extra: str, environ: dict | None = None) -> subprocess.CompletedProcess:
@@ -85,7 +86,8 @@ def test_a_recipe_without_data_is_never_written_silently_and_plan_and_explain_re
         refused = subprocess.run([PYTHON, *command], cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         first, *rest = refused.stderr.strip().splitlines()
-        assert first == f"error: recipe {recipe}: The recipe names no data: set dataset_name (hub id), dataset_path " + (
-            "(local file or folder) or dataset_mixture."
+        assert first == (
+            f"error: recipe {recipe}: The recipe names no data: set dataset_name (hub id), dataset_path (local file "
+            "or folder) or dataset_mixture."
         )
         assert len(rest) == 1 and "Traceback" not in refused.stderr  # the --traceback hint only

@@ -94,6 +94,14 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | 
     return parser.parse_args(argv)
 
 
+def _close_progress_bars() -> None:
+    """End the tqdm bars an error interrupted (the training bar), so the error starts a line of its own instead of
+    trailing the bar's last `\r` update."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
 def run_main(main: Callable[[], object]) -> None:
     """Run a script's `main()` and exit with its status when it returns an int (`sys.exit(main())`); any other
     return value (None, `evaluate.py`'s summary) means success and returns. A user error prints two lines, status 2.
@@ -109,11 +117,13 @@ def run_main(main: Callable[[], object]) -> None:
     except KeyboardInterrupt as interrupt:
         if debug:
             raise
+        _close_progress_bars()
         print(f"interrupted: {interrupt}" if str(interrupt) else "interrupted (Ctrl-C).", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as error:
         if debug or not is_user_error(error):
             raise
+        _close_progress_bars()
         print(format_user_error(error), file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     if isinstance(status, int) and not isinstance(status, bool):
