@@ -200,3 +200,20 @@ def test_make_install_builds_the_editable_wheel_without_a_setuptools_banner(tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     assert "deprecated" not in result.stderr and "!!" not in result.stderr, result.stderr
     assert "Editable installation" not in result.stderr
+
+
+def test_step_line_by_hand():
+    from drgrpo.observe.step_log import step_line
+
+    logs = {"loss": 0.0, "reward": 0.4125, "diag/pass_rate": 0.40625, "completions/mean_length": 35.2,
+            "completions/min_length": 12.0, "completions/max_length": 64.0, "diag/truncation_rate": 0.0625,
+            "completions/clipped_ratio": 0.5, "step_time": 71.31, "entropy": 0.7}  # fmt: skip
+    assert step_line(logs, 3, 15) == (
+        "step 3/15 | reward 0.412 | pass 40.6% | length 35.2 (12-64) | truncated 6.2% | 71.3 s/step"
+    )
+    assert step_line({"eval_reward": 0.5, "eval_completions/clipped_ratio": 0.25}, 5, 15) == (
+        "eval at step 5/15 | reward 0.500 | truncated 25.0%"  # TRL's clipped ratio when diagnostics are off
+    )
+    assert step_line({"train_runtime": 86.6, "train_loss": 0.0}, 2, 2) == (
+        "trained 2 steps in 86.6 s (43.3 s/step); every step's metrics: log_history.jsonl in output_dir"
+    )
