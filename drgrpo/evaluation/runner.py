@@ -32,12 +32,7 @@ logger = logging.getLogger(__name__)
 class EvalArguments:
     """One evaluation: a model, a benchmark (preset or local file), the prompt, the sampling and the output folder."""
 
-    model_name_or_path: str = field(
-        metadata={
-            "help": "Model to evaluate: a training run's output_dir or checkpoint (a LoRA adapter folder too), a "
-            "prepared short name (smollm2-135m-instruct) or a hub id."
-        }
-    )
+    model_name_or_path: str = field(metadata={"help": "A run's output_dir (a LoRA adapter too), short name or hub id."})
     benchmark: str | None = field(
         default=None,
         metadata={"help": f"Preset ({', '.join(PRESETS)}) or a local data file (same as --data)."},

@@ -15,7 +15,6 @@ its keys and checks.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +26,12 @@ from drgrpo.recipe.verl_config import (
     CRITIC_ESTIMATORS,
     GROUP_ESTIMATORS,
     MODEL,
+    NEEDS_ITS_VALUE,
     ROLLOUT,
     VERL_DEFAULTS,
     VERL_LOSS_AGG_MODES,
     batch_problems,
+    shell_variables,
     unknown_key_reason,
     value_problems,
 )
@@ -116,15 +117,6 @@ INFRASTRUCTURE = {
     "data.filter_overlong_prompts": "max_prompt_tokens (from data.max_prompt_length) already drops longer prompts",
     "data.truncation": "max_prompt_tokens drops, never truncates, a longer prompt",
 }
-# Keys whose value a recipe cannot do without (its data, its model, its batch sizes): one that uses an unset shell
-# variable refuses the conversion, --allow_lossy or not, naming the variable.
-NEEDS_ITS_VALUE = {
-    "data.train_files", "data.val_files", MODEL + "path", "data.train_batch_size", "data.gen_batch_size",
-    ACTOR + "ppo_mini_batch_size", ACTOR + "ppo_micro_batch_size_per_gpu", ROLLOUT + "n", "trainer.n_gpus_per_node",
-    "trainer.nnodes",
-}  # fmt: skip
-# `$NAME`, `${NAME}`, `${NAME:-...}`: a shell variable (a Hydra interpolation `${a.b}` has a dot, and is not one).
-_SHELL_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_.])")
 NO_DATA = (
     "the verl config sets no data.train_files, so the recipe has no dataset_path: set it (or dataset_name / "
     "dataset_mixture) before training; plan.py and --explain refuse the recipe until then"
@@ -184,7 +176,7 @@ def convert_verl(flat: dict[str, Any], *, source: str = "verl config") -> Conver
     unresolved = {key for key, value in flat.items() if isinstance(value, str) and "$" in value}
     for key in sorted(unresolved):
         why = f"{flat[key]}: an interpolation or shell variable this converter cannot resolve"
-        variables = _SHELL_VARIABLE.findall(flat[key])
+        variables = shell_variables(flat[key])
         if key in NEEDS_ITS_VALUE and variables:  # a recipe without its data, model or batch size: never written
             for name in variables:
                 out.unset.setdefault(name, []).append(key)

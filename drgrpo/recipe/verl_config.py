@@ -99,6 +99,22 @@ VERL_DEFAULTS: dict[str, Any] = {
     "trainer.save_freq": -1,
     "trainer.test_freq": -1,
 }
+# Keys whose value a recipe cannot do without (its data, its model, its batch sizes): one that uses an unset shell
+# variable refuses the conversion, --allow_lossy or not, naming the variable.
+NEEDS_ITS_VALUE = {
+    "data.train_files", "data.val_files", MODEL + "path", "data.train_batch_size", "data.gen_batch_size",
+    ACTOR + "ppo_mini_batch_size", ACTOR + "ppo_micro_batch_size_per_gpu", ROLLOUT + "n", "trainer.n_gpus_per_node",
+    "trainer.nnodes",
+}  # fmt: skip
+# `$NAME`, `${NAME}`, `${NAME:-...}`: a shell variable (a Hydra interpolation `${a.b}` has a dot, and is not one).
+_SHELL_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_.])")
+
+
+def shell_variables(value: str) -> list[str]:
+    """The shell variables a value left unexpanded still names (`$HOME/data` -> ["HOME"])."""
+    return _SHELL_VARIABLE.findall(value)
+
+
 # Estimators with a group baseline that this trainer implements, by verl name; every other one is refused.
 GROUP_ESTIMATORS = {"grpo": "grpo", "grpo_vectorized": "grpo", "rloo": "rloo", "rloo_vectorized": "rloo"}
 CRITIC_ESTIMATORS = {"gae"}
