@@ -47,13 +47,15 @@ def test_smollm2_recipe_before_the_demo_says_make_demo_writes_its_data(tmp_path,
     )
 
 
-def test_make_demo_args_without_dashes_names_the_key_and_the_fix():
-    """`make demo ARGS="--max_steps 2"`: a recipe key before `--` (argparse said only "unrecognized arguments")."""
-    command = ["make", "-s", "-o", "smollm2", "demo", "ARGS=--max_steps 2", f"PY={PYTHON}"]
+@pytest.mark.parametrize("target, script", [("demo", "demo.py"), ("demo-tiny", "demo_tiny.py"), ("bias", "bias.py")])
+def test_make_demo_args_without_dashes_names_the_key_and_the_fix(target, script):
+    """`make demo ARGS="--max_steps 2"`: a recipe key before `--` (argparse said only "unrecognized arguments"); the
+    same for the other targets whose ARGS end in recipe overrides."""
+    command = ["make", "-s", "-o", "install", "-o", "smollm2", target, "ARGS=--max_steps 2", f"PY={PYTHON}"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = [line for line in result.stderr.splitlines() if not line.startswith("make")]
     assert result.returncode != 0 and len(lines) == 2, result.stderr
-    assert lines[0].startswith("error: --max_steps is not an option of demo.py (--help, --output_dir,")
+    assert lines[0].startswith(f"error: --max_steps is not an option of {script} (--help, --output_dir,")
     assert lines[0].endswith('recipe keys go after `--`: ARGS="-- --max_steps 2"')
     assert "usage:" not in result.stderr and "Traceback" not in result.stderr
 
@@ -180,6 +182,31 @@ def test_a_run_without_checkpoints_says_so_at_start_on_ctrl_c_and_at_rerun(tiny_
     )
     rows = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 1]  # the rerun's step and its end; the lost run's rows are gone
+
+
+@pytest.mark.parametrize("recipe", ["recipes/smollm2_135m_drgrpo.yaml", "recipes/smollm2_135m_grpo.yaml"])
+def test_the_smollm2_recipes_checkpoint_so_a_stopped_run_resumes_as_the_readme_says(recipe, tmp_path):
+    """The shipped SmolLM2 recipes set `save_strategy: "no"`, so a killed run silently restarted at step 0 while the
+    README said a rerun resumes: they checkpoint now, say so at start-up, and Ctrl-C names what a rerun does."""
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.resume import interrupted_message, start_status
+
+    _, training_args, _ = parse_recipe([recipe, "--output_dir", str(tmp_path)])
+    assert start_status(training_args, None, overwrite=False, unfinished=False) == (
+        f"Starting at step 0; checkpoints every 5 steps in {tmp_path}, the newest 1 kept: a stopped run resumes from "
+        "the newest complete one when the same command is rerun."
+    )
+    assert interrupted_message(tmp_path, training_args, 3) == (
+        "stopped at step 3 of 15, before the first checkpoint; rerunning starts over at step 0."
+    )
+    checkpoint = tmp_path / "checkpoint-5"  # complete as transformers writes one (drgrpo/core/checkpoints.py)
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
+    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
+        (checkpoint / name).write_bytes(b"x")
+    assert interrupted_message(tmp_path, training_args, 7) == (
+        f"stopped at step 7 of 15; rerun the same command to resume from {checkpoint} (step 5)."
+    )
 
 
 # --- install --------------------------------------------------------------------------------------------------------

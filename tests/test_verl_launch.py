@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import PYTHON, ROOT
 
@@ -73,12 +74,13 @@ VLLM_USE_V1=1 python3 -m verl.trainer.main_ppo \
     assert {"NNODES", "max_prompt_length", "gsm8k", "train_files"} <= set(words.from_script)
 
 
-def test_a_recipe_without_data_is_never_written_silently_and_plan_and_explain_refuse_it(tmp_path):
+@pytest.mark.parametrize("lossy", [[], ["--allow_lossy"]], ids=["plain", "allow_lossy"])
+def test_a_recipe_without_data_is_never_written_silently_and_plan_and_explain_refuse_it(tmp_path, lossy):
     script = tmp_path / "no_data.sh"
     lines = [line for line in VERL_QWEN3_8B.read_text().splitlines() if "data.train_files" not in line]
     script.write_text("\n".join(lines) + "\n")
     recipe = tmp_path / "no_data.yaml"
-    result = from_verl(script, recipe, environ={**os.environ, "HOME": "/home/ada"})
+    result = from_verl(script, recipe, *lossy, environ={**os.environ, "HOME": "/home/ada"})
     assert result.returncode == 0, result.stderr
     assert "warning: no dataset: the verl config sets no data.train_files" in result.stderr
     assert "# NO DATASET: the verl config sets no data.train_files" in recipe.read_text()
