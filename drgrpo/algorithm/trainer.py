@@ -96,8 +96,8 @@ class DrGRPOTrainer(GRPOTrainer):
         if self.args.diagnostics_warnings:
             self.add_callback(DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
-            logger.warning(self.args.algorithm_summary)
-            logger.warning(family_card(self.args))
+            logger.info(self.args.algorithm_summary)  # what runs, not a problem: INFO (`--explain` prints it too)
+            logger.info(family_card(self.args))
             for message in self.args.inactive_advantage_settings:
                 logger.warning(message)
             if self._truncated_scores is not None:
@@ -241,6 +241,39 @@ class DrGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         diagnostics.reduce_to_max(self._metrics[mode], metric_names.MAXIMUM_METRICS)
         super().log(logs, start_time)
+
+    # Override: on resume, transformers warns "There were missing keys in the checkpoint model loaded:
+    # ['lm_head.weight']" for a model whose output layer *is* its input embeddings (tied, as in SmolLM2): the file
+    # stores the shared tensor once, and loading the embeddings loads both. Keys that are such a tie are left out of
+    # the warning (said in one INFO line instead); any other missing key still warns.
+    def _issue_warnings_after_load(self, load_result):
+        tied = [key for key in load_result.missing_keys if _is_tied_to_a_loaded_weight(self.model, key)]
+        if tied:
+            logger.info(
+                "%s: tied to %s, which the checkpoint holds (not missing).",
+                ", ".join(tied),
+                _tie_sources(self.model, tied),
+            )
+            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        super()._issue_warnings_after_load(load_result)
+
+
+def _tied_weights(model) -> dict[str, str]:
+    """{tied parameter: the parameter it shares}, as transformers records them (`all_tied_weights_keys`)."""
+    return dict(getattr(model, "all_tied_weights_keys", None) or {})
+
+
+def _is_tied_to_a_loaded_weight(model, key: str) -> bool:
+    """Whether parameter `key` is the very tensor of another parameter (a tie), so loading that one loaded it."""
+    source = _tied_weights(model).get(key)
+    try:
+        return source is not None and model.get_parameter(key) is model.get_parameter(source)
+    except AttributeError:  # a name the model does not have (wrapped models name parameters differently)
+        return False
+
+
+def _tie_sources(model, keys: Sequence[str]) -> str:
+    return ", ".join(_tied_weights(model)[key] for key in keys)
 
 
 def truncated_scores_line(names: list[str], scores: torch.Tensor, weights: torch.Tensor) -> str:

@@ -86,14 +86,16 @@ class TransformersBackend:
         extra_eos_ids: Sequence[int] = (),
     ):
         import torch
-        from transformers import AutoModelForCausalLM
+
+        from drgrpo.core.adapters import load_causal_lm
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if dtype == "auto":
             torch_dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         else:
             torch_dtype = getattr(torch, dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(self.device).eval()
+        # A LoRA adapter folder loads as its base with the adapter merged in (drgrpo/core/adapters.py).
+        self.model = load_causal_lm(model_path, dtype=torch_dtype).to(self.device).eval()
         self.tokenizer = tokenizer
         self.eos_ids = _eos_ids(self.model.generation_config, tokenizer, extra_eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
@@ -162,6 +164,9 @@ class VLLMBackend:
     ):
         from vllm import LLM
 
+        from drgrpo.core.adapters import whole_model_folder
+
+        model_path = whole_model_folder(model_path)  # vLLM reads a folder: a LoRA adapter's merged model
         self.llm = LLM(
             model=model_path,
             dtype=dtype,

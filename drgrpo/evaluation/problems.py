@@ -40,9 +40,14 @@ def problems_from_rows(
 
 
 def load_rows(
-    data: str | None = None, dataset_name: str | None = None, dataset_config: str | None = None, split: str = "test"
+    data: str | None = None,
+    dataset_name: str | None = None,
+    dataset_config: str | None = None,
+    split: str = "test",
+    shipped: tuple[str, str] | None = None,
 ) -> list[dict]:
-    """Rows of a local file (via the data layer's loader) or of a hub dataset split."""
+    """Rows of a local file (via the data layer's loader) or of a hub dataset split. `shipped` (file, what it holds):
+    the project's local subset of the benchmark, named when the hub cannot be reached."""
     if data:
         from drgrpo.data import load_local
 
@@ -55,11 +60,16 @@ def load_rows(
         try:
             return list(load_dataset(dataset_name, dataset_config, split=split))
         except (ConnectionError, OSError) as error:  # offline, or the hub is unreachable
-            from drgrpo.core.errors import RecipeError
+            from drgrpo.core.errors import ROOT, RecipeError
 
+            local = ""
+            if shipped is not None and (ROOT / shipped[0]).is_file():
+                file = shipped[0] if Path(shipped[0]).is_file() else str(ROOT / shipped[0])
+                local = f"The project ships {shipped[1]}: `make eval BENCH={file}` (--data {file}). "
             raise RecipeError(
-                f"Cannot load {dataset_name} ({split}) from the hub: {error}. Without hub access, download the "
-                "benchmark file elsewhere and pass it with --data FILE (the preset still picks the columns)."
+                f"Cannot load {dataset_name} ({split}) from the hub: {str(error).splitlines()[0]}. {local}Without hub "
+                "access, download the benchmark file elsewhere and pass it with --data FILE (the preset still picks "
+                "the columns)."
             ) from error
     raise ValueError("No data: pass a benchmark preset (--benchmark) or a local file (--data FILE).")
 

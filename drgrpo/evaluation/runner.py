@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from drgrpo.algorithm.eos import extra_eos_token_ids
+from drgrpo.core.adapters import tokenizer_folder
 from drgrpo.core.errors import command_flag
 from drgrpo.core.models import resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
-from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
+from drgrpo.evaluation.benchmarks import PRESETS, SHIPPED_SUBSETS, resolve_preset
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 class EvalArguments:
     """One evaluation: a model, a benchmark (preset or local file), the prompt, the sampling and the output folder."""
 
-    model_name_or_path: str = field(metadata={"help": "Checkpoint folder or hub id of the model to evaluate."})
+    model_name_or_path: str = field(metadata={"help": "A run's output_dir (a LoRA adapter too), short name or hub id."})
     benchmark: str | None = field(
         default=None,
         metadata={"help": f"Preset ({', '.join(PRESETS)}) or a local data file (same as --data)."},
@@ -168,7 +169,10 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
         name = preset.name if preset else _sanitize(f"{path.parent.name}_{path.stem}" if generic else path.stem)
     else:
         rows = load_rows(
-            dataset_name=preset.dataset_name, dataset_config=preset.dataset_config, split=args.split or preset.split
+            dataset_name=preset.dataset_name,
+            dataset_config=preset.dataset_config,
+            split=args.split or preset.split,
+            shipped=SHIPPED_SUBSETS.get(preset.name),
         )
         source = f"{preset.dataset_name} ({preset.dataset_config or 'default'}, {args.split or preset.split})"
         name = preset.name
@@ -293,8 +297,9 @@ def run_evaluation(args: EvalArguments) -> dict:
     """Evaluate, resuming from whatever `output_dir/samples.jsonl` already holds; write and return the summary."""
     from transformers import AutoTokenizer
 
-    # A short name becomes its cached folder; a missing folder or an uncached hub id offline fails in one line.
-    model_path = resolve_model(args.model_name_or_path, key="model_name_or_path")
+    # A short name becomes its cached folder; a missing folder or an uncached hub id offline fails in one line. A
+    # LoRA run's output_dir (an adapter) is evaluated as its base with the adapter merged in (drgrpo/core/adapters.py).
+    model_path = resolve_model(args.model_name_or_path, key="model_name_or_path", adapters=True)
     bench = resolve_benchmark(args)
     template, system_prompt, chat_kwargs = _prompt_settings(args)
     mode = extraction_mode(args)
@@ -322,7 +327,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(model_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

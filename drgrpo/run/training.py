@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from transformers import AutoTokenizer, TrainerCallback
 from trl import ModelConfig, get_peft_config
@@ -11,13 +12,16 @@ from drgrpo.algorithm.advantages import lowest_scores
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import extra_eos_token_ids
 from drgrpo.algorithm.trainer import DrGRPOTrainer
+from drgrpo.core.adapters import record_portable_base, save_merged
 from drgrpo.core.checkpoints import find_resumable_checkpoint
-from drgrpo.core.models import resolve_model
+from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
+from drgrpo.observe.step_log import use_step_lines
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
+from drgrpo.run.resume import interrupted_message, start_status, unfinished_run
 from rewards import get_reward_funcs
 
 logger = logging.getLogger(__name__)
@@ -86,6 +90,7 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         peft_config=get_peft_config(model_args),
     )
 
+    use_step_lines(trainer)  # one short line per logged step; the whole dict goes to output_dir/log_history.jsonl
     # Without DeepSpeed (or FSDP's own upcast) nothing keeps float32 copies of bf16 weights: a 1e-6 update would round
     # away. The reference model follows the trained copy's precision, so that the KL before any update is 0.
     master_weights = keep_float32_master_weights(
@@ -100,14 +105,20 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         trainer.add_callback(ThreadCountCallback())
     if trainer.accelerator.is_main_process:
         logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
+    unfinished = unfinished_run(training_args.output_dir)  # read before this run's record replaces the last one's
     if trainer.accelerator.is_main_process:
         start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)
     trainer.accelerator.wait_for_everyone()  # no rank looks for checkpoints while the main one deletes stale ones
     # The newest *complete* checkpoint: one half-written by a run killed while saving is skipped with a warning.
     last_checkpoint = None if overwrite else find_resumable_checkpoint(training_args.output_dir)
-    if last_checkpoint is not None:
-        logger.warning("Resuming from checkpoint %s", last_checkpoint)
-    trainer.train(resume_from_checkpoint=last_checkpoint)
+    if trainer.accelerator.is_main_process:  # what this run starts from, and whether a stopped run can resume
+        status = start_status(training_args, last_checkpoint, overwrite=overwrite, unfinished=unfinished)
+        (logger.warning if last_checkpoint is not None or unfinished else logger.info)(status)
+    try:
+        trainer.train(resume_from_checkpoint=last_checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C: say what a rerun does (resume from a checkpoint, or start over)
+        step = trainer.state.global_step
+        raise KeyboardInterrupt(interrupted_message(training_args.output_dir, training_args, step)) from None
     if trainer.accelerator.is_main_process:
         logger.info("engine: %s", engine_summary(trainer))
     if master_weights is not None:
@@ -116,4 +127,18 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     trainer.save_state()  # trainer_state.json with every logged step, also when no checkpoint was saved
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(training_args.output_dir)
+        _finish_adapter(training_args.output_dir, model_args.model_name_or_path, script_args.save_merged_model)
     return trainer
+
+
+def _finish_adapter(output_dir: str, model_name: str, merge: bool) -> None:
+    """A LoRA run's adapter names its base as the recipe did (portable: not this machine's cache path) and, with
+    `save_merged_model`, the merged model is saved to output_dir/merged; `make eval` evaluates either folder."""
+    if not (Path(output_dir) / ADAPTER_CONFIG).is_file():
+        if merge:
+            logger.warning("save_merged_model: this run trains no adapter (use_peft is off); output_dir is the model.")
+        return
+    record_portable_base(output_dir, model_name)
+    if merge:
+        merged = save_merged(output_dir, Path(output_dir) / MERGED_FOLDER)
+        logger.info("save_merged_model: the base with the adapter merged in is in %s", merged)
