@@ -48,13 +48,16 @@ class TurnStop(StoppingCriteria):
 
 
 class TrainerTurns:
-    """`generate(rows, budgets)` for `drgrpo.rollout.loop.run_tool_loop`, with a `GRPOTrainer`'s backend."""
+    """`generate(rows, budgets, owners)` for `drgrpo.rollout.loop.run_tool_loop`, with a `GRPOTrainer`'s backend (the
+    trainer samples from its own generator state: `owners` is not used)."""
 
     def __init__(self, trainer: Any, pieces: TokenPieces) -> None:
         self.trainer = trainer
         self.pieces = pieces
 
-    def __call__(self, rows: list[list[int]], budgets: list[int]) -> list[tuple[list[int], list[float] | None]]:
+    def __call__(
+        self, rows: list[list[int]], budgets: list[int], owners: list | None = None
+    ) -> list[tuple[list[int], list[float] | None]]:
         trainer = self.trainer
         if trainer.use_vllm or trainer.use_transformers_continuous_batching:
             ids, logprobs = trainer._generate_single_turn(rows, None, {}, num_generations=1)

@@ -1,10 +1,12 @@
 """The multi-turn loop: generate a turn for every open answer, cut it at its closing fence, run all of the turn's
 programs in one batch, append their observations, repeat until every answer has ended.
 
-It knows nothing of the generation backend: `generate(rows, budgets)` is TRL's trainer (`drgrpo.rollout.generation`),
-the evaluator's backend or a scripted generator in the tests. It returns, per row, the ids it generated (and their
-log-probs or None); it may stop a row anywhere at or after its cut (at the fence, eos or budget, or later: the loop
-cuts), or before it (the loop then goes on from where it stopped).
+It knows nothing of the generation backend: `generate(rows, budgets, owners)` is TRL's trainer
+(`drgrpo.rollout.generation`), the evaluator's backend or a scripted generator in the tests. `owners[i]` is
+(answer index, turn index) of row i, or None for a padding row (the evaluator seeds each turn of each sample from
+it; a turn the generator stopped early keeps its index when continued). It returns, per row, the ids it generated
+(and their log-probs or None); it may stop a row anywhere at or after its cut (at the fence, eos or budget, or
+later: the loop cuts), or before it (the loop then goes on from there).
 
 Every call to `generate` has the same number of rows on every rank: `agree(n)` returns the largest number of open
 answers of any rank (a collective, once per turn), and a rank with fewer pads its call with inactive rows (budget 0,
@@ -33,7 +35,8 @@ from drgrpo.rollout.protocol import (
 # observation would not fit), call_budget (a program past tool_max_calls), stalled (a generator returned no token).
 ENDINGS = ("eos", "token_budget", "call_budget", "stalled")
 
-Generate = Callable[[list[list[int]], list[int]], list[tuple[list[int], list[float] | None]]]
+Owner = tuple[int, int] | None
+Generate = Callable[[list[list[int]], list[int], list[Owner]], list[tuple[list[int], list[float] | None]]]
 
 
 @dataclass
@@ -135,6 +138,10 @@ class ToolRunner:
         raise NotImplementedError
 
 
+def _turn_index(answer: Answer) -> int:
+    return len(answer.turns) - (answer.open_turn is not None)
+
+
 def run_tool_loop(
     prompt_ids: Sequence[Sequence[int]],
     generate: Generate,
@@ -148,7 +155,8 @@ def run_tool_loop(
     pieces = pieces or TokenPieces(tokenizer)
     answers = [Answer(list(ids)) for ids in prompt_ids]
     while True:
-        active = [answer for answer in answers if answer.end is None]
+        open_indices = [i for i, answer in enumerate(answers) if answer.end is None]
+        active = [answers[i] for i in open_indices]
         width = agree(len(active))
         if width == 0:
             return answers
@@ -157,9 +165,11 @@ def run_tool_loop(
         filler = (active or answers)[0]
         rows = [a.prompt_ids + a.ids for a in active] + [filler.prompt_ids + filler.ids] * (width - len(active))
         budgets = [settings.max_tokens - len(a.ids) for a in active] + [0] * (width - len(active))
-        outputs = generate(rows, budgets)
+        # A turn the generator stopped early keeps its index: its next call continues it.
+        owners: list[Owner] = [(i, _turn_index(answers[i])) for i in open_indices] + [None] * (width - len(active))
+        outputs = generate(rows, budgets, owners)
         calls = []
-        for answer, budget, (ids, logprobs) in zip(active, budgets, outputs[: len(active)], strict=True):
+        for answer, budget, (ids, logprobs) in zip(active, budgets[: len(active)], outputs[: len(active)], strict=True):
             extend = answer.open_turn is not None
             scanner = answer.open_turn or FenceScanner()
             cut = cut_turn(ids, pieces, settings.eos_ids, budget, scanner)
