@@ -203,3 +203,12 @@ def test_tool_metrics_by_hand():
     assert metrics["diag/tool/token_budget_exhausted"] == 0.25 and metrics["diag/tool/cut_inside_code"] == 0.25
     assert metrics["diag/tool/model_tokens"] == 21.5 and metrics["diag/tool/tool_tokens"] == 6.0
     assert math.isnan(tool_metrics(torch.zeros(2, 9))["diag/tool/error_rate"])  # no program ran
+
+
+def test_the_planner_says_max_completion_length_counts_the_tool_outputs():
+    from drgrpo.planning import format_report, plan_recipe
+
+    recipe = "recipes/smollm2_135m_drgrpo_tools.yaml"
+    text = format_report(plan_recipe(recipe))
+    assert "[python_tool]" in text and "counts the whole answer" in text and "up to 5 rounds per rollout" in text
+    assert "[python_tool]" not in format_report(plan_recipe(recipe, overrides=["--python_tool", "false"]))

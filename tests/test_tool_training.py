@@ -123,6 +123,23 @@ def test_observations_are_masked_and_the_rewards_never_see_them(tool_model, tmp_
     assert logged[m.TOOL_VOID_ANSWERS] == 0.0 and logged[m.TOOL_TOKEN_BUDGET_EXHAUSTED] == 0.0
 
 
+def always_one(completions, **kwargs) -> list[float]:
+    return [1.0] * len(completions)
+
+
+always_one.reward_range = (0.0, 1.0)
+
+
+def test_an_answer_cut_inside_its_program_is_truncated_and_scores_the_lowest(tool_model, tmp_path):
+    """max_completion_length 2: the calling answers are cut after ```python\n print(1), inside their block."""
+    args = config(tmp_path, python_tool=True, max_completion_length=2, max_steps=1, zero_reward_for_truncated=True)
+    trainer, _ = recorded_run(tool_model, ["call 0:", "skip 0!"], args, [always_one], True)
+    logged = trainer.state.log_history[0]
+    assert logged[m.TOOL_CUT_IN_CODE] == 0.5 and logged[m.TOOL_TOKEN_BUDGET_EXHAUSTED] == 0.5
+    assert logged[m.TRUNCATION_RATE] == 0.5
+    assert logged["reward"] == 0.5  # the truncated half scored always_one's lowest, 0
+
+
 def test_void_answers_are_left_out_of_the_loss(tool_model, tmp_path):
     """With the default marker \\boxed{, every scripted answer ('ok') is void: under `mask` no token is trained."""
     args = config(tmp_path, python_tool=True, max_steps=1)
