@@ -4,7 +4,8 @@ its head, evaluated on held-out problems before and after, with the tool (call b
 Stages, all seeded by `--seed` (the task split and the training seed):
 1. the task (`drgrpo.experiments.product_task`): `What is 4821 * 317? ...`, held-out operands disjoint from training;
 2. greedy held-out accuracy of the prepared model at B=0 and B=4, by the project's evaluator, with the recipe's
-   one-shot demonstration (`chat_examples`) and tool settings, graded on the model's own text;
+   one-shot demonstration (`chat_examples`) and tool settings, graded on the model's own text (an answer cut by the
+   budget, or ended by the call budget, counts wrong, as `zero_reward_for_truncated` scores it in training);
 3. Dr.GRPO with `recipes/smollm2_135m_drgrpo_tools.yaml` (`python_tool: true`) through `parse_recipe` + `train`;
 4. the same two evaluations after training; `summary.json`, the curves and every sample's turns in `output_dir`.
 """
@@ -54,8 +55,9 @@ def held_out(model: str, recipe: str, test_file: Path, output_dir: Path, budget:
         overwrite=True,  # the demo retrains each run: never resume from an earlier run's samples
         progress=False,
         tool_max_calls=calls,
+        truncated_as_wrong=True,  # the paper's rule, as the recipe's zero_reward_for_truncated in training
     )
-    summary["strict_pass@1"] = strict_accuracy(output_dir / "samples.jsonl")
+    summary["strict_pass@1"] = strict_accuracy(output_dir / "samples.jsonl", truncated_as_wrong=True)
     return summary
 
 
@@ -132,6 +134,12 @@ def run_tools_demo(settings: ToolDemoSettings) -> dict:
         gain = summary[f"accuracy_after_B{calls}"] - summary[f"accuracy_before_B{calls}"]
         summary[f"gain_points_B{calls}"] = round(gain, 1)
     summary["tool_advantage_after_points"] = round(summary["accuracy_after_B4"] - summary["accuracy_after_B0"], 1)
+    # The policy's own accuracy while it trains (sampled at the recipe's temperature, B=4): the first step's and the
+    # mean of the last three, from the logs.
+    rates = [e["diag/pass_rate"] for e in trainer.state.log_history if e.get("diag/pass_rate") is not None]
+    if rates:
+        summary["train_pass_rate_first"] = _percent(rates[0])
+        summary["train_pass_rate_last3"] = _percent(sum(rates[-3:]) / len(rates[-3:]))
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -151,8 +159,13 @@ def format_summary(summary: dict, output_dir: str) -> str:
             f"{summary[f'calls_per_answer_before_B{calls}']:.2f} -> {summary[f'calls_per_answer_after_B{calls}']:.2f}; "
             f"truncated {summary[f'truncated_before_B{calls}']:.1f}% -> {summary[f'truncated_after_B{calls}']:.1f}%"
         )
+    lines.append(f"  with the tool vs without, after training: {summary['tool_advantage_after_points']:+.1f} points")
+    if "train_pass_rate_first" in summary:
+        lines.append(
+            f"  training pass rate (sampled, B=4): {summary['train_pass_rate_first']:.1f}% at step 1 -> "
+            f"{summary['train_pass_rate_last3']:.1f}% over the last 3 steps"
+        )
     lines += [
-        f"  with the tool vs without, after training: {summary['tool_advantage_after_points']:+.1f} points",
         f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
         f"{summary['peak_rss_gb']:.1f} GB, load average {summary['load_average_start'][0]:.1f} at the start",
         f"summary: {output_dir}/summary.json; curves: {output_dir}/curves.png; samples (every turn): "
