@@ -28,6 +28,7 @@ from drgrpo.rollout.protocol import (
     TokenPieces,
     cut_turn,
     has_answer,
+    observation_ids,
     observation_text,
 )
 
@@ -195,7 +196,7 @@ def run_tool_loop(
         results = tool.run_many([turn.code for _, turn in calls])  # every program of the turn in one batch
         for (answer, turn), result in zip(calls, results, strict=True):
             text = observation_text(result.output, turn.text)
-            ids = tokenizer.encode(text, add_special_tokens=False)
+            ids = observation_ids(tokenizer, text)  # plain text: a printed <|im_end|> is not the eos token
             if len(answer.ids) + len(ids) >= settings.max_tokens:
                 # No room for the observation and a token after it: the answer ends here, cut by the token budget.
                 turn.status = result.status

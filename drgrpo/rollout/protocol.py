@@ -13,7 +13,8 @@ are exactly the ids generated (up to that token) plus the observation's ids, nev
 policy's own text. Each token's text is read once from the tokenizer (`TokenPieces`) to find the fence, so the same
 scan runs inside generation (a stopping criterion) and after it (the cut), and both agree by construction.
 
-The observation is ```output\\n<text>\\n```\\n, preceded by a newline when the turn's last token did not end one.
+The observation is ```output\\n<text>\\n```\\n, preceded by a newline when the turn's last token did not end one, and
+it is tokenized as plain text (`observation_ids`): a program cannot print its way to a control token.
 """
 
 from __future__ import annotations
@@ -131,6 +132,13 @@ def observation_text(output: str, turn_text: str) -> str:
     """The observation appended after a turn whose text is `turn_text`: ```output, the tool's output, ```."""
     lead = "" if turn_text.endswith("\n") else "\n"
     return f"{lead}```output\n{output}\n```\n"
+
+
+def observation_ids(tokenizer: Any, text: str) -> list[int]:
+    """The observation's ids: its text tokenized as plain text. The text of a control token that a program prints
+    (`<|im_end|>`, `<|im_start|>user`) becomes ordinary characters, never the token itself, so the tool's output
+    cannot end the answer, open a turn of another role, or stand for the policy's eos in the trained ids."""
+    return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
 
 def has_answer(text: str, marker: str) -> bool:
