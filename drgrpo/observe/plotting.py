@@ -78,6 +78,7 @@ PANELS: tuple[Panel, ...] = (
             (d.TOOL_VOID_ANSWERS, "void (no program, no answer)"),
             (d.TOOL_CALL_BUDGET_EXHAUSTED, "call budget"),
             (d.TOOL_TOKEN_BUDGET_EXHAUSTED, "token budget"),
+            (d.TOOL_CUT_IN_CODE, "token budget, inside a program"),
         ),  # fmt: skip
         "not logged: no tool (python_tool: false)",
     ),
