@@ -7,6 +7,10 @@
    backend with the real sandbox (the demo's one-shot prompt, a batch of products, call budget 1), its wall time
    split into the model's generation, the sandbox's runs and the rest: the loop's own work (the fence stop's scan
    inside generation, cutting, observation tokens, bookkeeping). Goal: at most 2% of the turn.
+3. what the network namespace each program gets (issue 34) costs: a child process that unshares an IPC namespace,
+   against one that unshares IPC and network namespaces (as the sandbox's program process does), interleaved, inside
+   a user namespace; the difference per program, and what it comes to in the SmolLM2 turn above (its programs, run
+   `--workers` at a time, as a share of the turn). It is part of the sandbox's time, not of the loop's own.
 
     python benchmarks/tool_overhead.py [--programs 64] [--rounds 3] [--workers 2] [--rows 16] [--skip_model]
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -44,6 +50,52 @@ def sandbox_ratio(tool, programs: int, rounds: int) -> dict:
         assert [r.output for r in batched] == [r.output for r in single] == [str(i * (i + 1)) for i in range(programs)]
     rates = {kind: programs / seconds for kind, seconds in best.items()}
     return {**{f"{k}_per_s": round(v, 1) for k, v in rates.items()}, "ratio": rates["batched"] / rates["one_at_a_time"]}
+
+
+# Run in a fresh, small interpreter: forking this process (torch loaded) would cost more than the namespaces.
+NAMESPACE_PROBE = r"""
+import ctypes, json, os, sys, time
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x10000000, 0x40000000, 0x08000000
+libc = ctypes.CDLL(None, use_errno=True)
+rounds, count = int(sys.argv[1]), int(sys.argv[2])
+
+def children_ms(n, flags):
+    start = time.perf_counter()
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if libc.unshare(flags) == 0 else 3)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"unshare({flags:#x}) failed")
+    return 1000 * (time.perf_counter() - start) / n
+
+if libc.unshare(CLONE_NEWUSER) != 0:
+    sys.exit(f"unshare(CLONE_NEWUSER): errno {ctypes.get_errno()}")
+children_ms(10, CLONE_NEWIPC | CLONE_NEWNET)
+best = {"ipc": float("inf"), "ipc_net": float("inf")}
+for _ in range(rounds):
+    best["ipc"] = min(best["ipc"], children_ms(count, CLONE_NEWIPC))
+    best["ipc_net"] = min(best["ipc_net"], children_ms(count, CLONE_NEWIPC | CLONE_NEWNET))
+print(json.dumps(best))
+"""
+
+
+def network_namespace_ms(rounds: int = 5, count: int = 50) -> dict:
+    """Per program: a child with its own IPC namespace vs one with its own IPC and network namespaces (the sandbox's
+    program process has both), interleaved rounds inside a user namespace, the least-disturbed round of each."""
+    probe = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", NAMESPACE_PROBE, str(rounds), str(count)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        return {"error": (probe.stderr.strip().splitlines() or ["no output"])[-1]}
+    best = json.loads(probe.stdout)
+    return {
+        "ipc_ms": round(best["ipc"], 3),
+        "ipc_net_ms": round(best["ipc_net"], 3),
+        "network_ms": round(best["ipc_net"] - best["ipc"], 3),
+    }
 
 
 class Timed:
@@ -141,6 +193,23 @@ def main() -> None:
             f"{loop['loop_own_seconds']} s (fence stop {loop['fence_stop_seconds']} s): share "
             f"{100 * loop['share']:.2f}% (goal <= 2%)"
         )
+    netns = result["network_namespace"] = network_namespace_ms()
+    if "error" in netns:
+        print(f"network namespace per program: not measured ({netns['error']})")
+    else:
+        line = (
+            f"network namespace per program: {netns['ipc_net_ms']} ms vs {netns['ipc_ms']} ms without it: "
+            f"+{netns['network_ms']} ms"
+        )
+        if "loop" in result:
+            loop = result["loop"]
+            per_turn = loop["calls"] * netns["network_ms"] / args.workers / 1000
+            netns["share_of_turn"] = per_turn / loop["turn_seconds"]
+            line += (
+                f"; in the SmolLM2 turn ({loop['calls']} programs, {args.workers} at a time) {1000 * per_turn:.1f} ms, "
+                f"{100 * netns['share_of_turn']:.2f}% of it (inside the sandbox's {loop['sandbox_seconds']} s)"
+            )
+        print(line)
     result["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result))
 
