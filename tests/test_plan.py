@@ -294,6 +294,7 @@ STEPS_PER_ROLLOUT = {
     "qwen3_8b_grpo.yaml": 8,
     "smollm2_135m_drgrpo.yaml": 1,  # make demo: 4 micro-batches of 8 accumulated into one step per rollout of 32
     "smollm2_135m_grpo.yaml": 1,
+    "smollm2_135m_drgrpo_tools.yaml": 1,  # make demo-tools: the same schedule as make demo
     "tiny_bias_drgrpo.yaml": 1,  # make bias: one optimizer step per generation round, like the demo
     "tiny_bias_grpo.yaml": 1,
     "tiny_drgrpo.yaml": 1,

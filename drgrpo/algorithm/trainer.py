@@ -27,6 +27,7 @@ from drgrpo.algorithm.family import family_card
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
 from drgrpo.observe import diagnostics, metric_names
 from drgrpo.observe.failure_warnings import DiagnosticsCallback
+from drgrpo.rollout.trl_rollout import MODEL_TEXT
 
 logger = logging.getLogger(__name__)
 
@@ -109,8 +110,11 @@ class DrGRPOTrainer(GRPOTrainer):
     # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
     # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
     # normalises the rewards: each function's lowest score (and so is a missing score of an ended completion), so
-    # that truncation can never pay, in TRL's advantage as in ours.
+    # that truncation can never pay, in TRL's advantage as in ours. With the Python tool (drgrpo/rollout/) the
+    # rewards read the policy's own text, never the tool's: a printed \boxed{} earns nothing.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if inputs and MODEL_TEXT in inputs[0]:
+            completions = model_completions(completions, [x[MODEL_TEXT] for x in inputs])
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._truncated_scores is not None:
             stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
@@ -274,6 +278,18 @@ def _is_tied_to_a_loaded_weight(model, key: str) -> bool:
 
 def _tie_sources(model, keys: Sequence[str]) -> str:
     return ", ".join(_tied_weights(model)[key] for key in keys)
+
+
+def model_completions(completions: list, model_texts: list[str]) -> list:
+    """The completions as the rewards see them under the Python tool: each one's text replaced by the policy's own
+    (observations left out), in the same shape (a string, or a conversational [{"role": "assistant", ...}])."""
+    replaced = []
+    for completion, text in zip(completions, model_texts, strict=True):
+        if isinstance(completion, list):
+            replaced.append([{**completion[-1], "content": text}])
+        else:
+            replaced.append(text)
+    return replaced
 
 
 def truncated_scores_line(names: list[str], scores: torch.Tensor, weights: torch.Tensor) -> str:

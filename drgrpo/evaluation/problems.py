@@ -88,16 +88,17 @@ def build_prompts(
     template: str,
     system_prompt: str | None = None,
     chat_template_kwargs: dict | None = None,
+    examples: Sequence[dict] | None = None,
 ) -> list[tuple[str, list[int]]]:
     """(prompt text, prompt token ids) for each question, exactly as training builds them.
 
     Uses the template layer (`drgrpo.data.templates`): text templates are rendered and tokenized as TRL tokenizes text
     prompts; `chat` goes through the tokenizer's chat template with `add_generation_prompt=True` and the recipe's
-    `chat_template_kwargs`, as TRL does for conversational prompts.
+    `chat_template_kwargs`, as TRL does for conversational prompts; `examples` are the recipe's `chat_examples`.
     """
     from drgrpo.data.templates import prompt_text, prompt_token_ids, render_prompt
 
-    rendered = [render_prompt(question, template, system_prompt) for question in questions]
+    rendered = [render_prompt(question, template, system_prompt, examples) for question in questions]
     texts = [prompt_text(prompt, tokenizer, chat_template_kwargs) for prompt in rendered]
     ids = prompt_token_ids(rendered, tokenizer, chat_template_kwargs)
     return list(zip(texts, ids, strict=True))

@@ -10,6 +10,8 @@ Modules, each importing only the ones listed before it:
 - `tiny`: a tiny Qwen3-architecture model with a character-level tokenizer, built from a seed;
 - `demo`: `make demo-tiny`: warm start, Dr.GRPO, held-out accuracy before and after, on the tiny model;
 - `smollm2_demo`: `make demo`: SmolLM2-135M-Instruct trained with Dr.GRPO, evaluated before and after;
+- `product_task`: the tool demo's products of a four- and a three-digit number, held out by operands;
+- `tools_demo`: `make demo-tools`: SmolLM2 trained with the Python tool, evaluated at call budgets 0 and 4;
 - `comparison`: `make compare` (SmolLM2) and `make compare-tiny`: GRPO vs Dr.GRPO from the same start;
 - `bias`: `make bias`: what Dr.GRPO fixes, measured (a subpackage).
 """

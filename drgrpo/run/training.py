@@ -18,6 +18,8 @@ from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
 from drgrpo.observe.step_log import use_step_lines
+from drgrpo.rollout.python_tool import build_python_tool, tool_reward_funcs
+from drgrpo.rollout.trl_rollout import make_rollout_func
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
@@ -59,6 +61,10 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         max_completion_length=training_args.max_completion_length,
         reward_weights=training_args.reward_weights,
     )
+    if extra := tool_reward_funcs(training_args):  # tool_error_penalty: one more reward, weight 1
+        reward_funcs += extra
+        if training_args.reward_weights is not None:
+            training_args.reward_weights = [*training_args.reward_weights, *[1.0] * len(extra)]
     if training_args.zero_reward_for_truncated:  # each reward's lowest score must be known; else refuse before loading
         weights = training_args.reward_weights or [1.0] * len(reward_funcs)
         lowest_scores(
@@ -72,6 +78,11 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
+    # The Python tool (drgrpo/rollout/): its sandbox starts now, so a machine that cannot isolate programs fails
+    # before the model loads; TRL's `rollout_func` then runs the multi-turn loop on every rank.
+    rollout_func = None
+    if training_args.python_tool:
+        rollout_func = make_rollout_func(training_args, build_python_tool(training_args, script_args))
 
     train_dataset, eval_dataset = load_prompt_dataset(
         script_args,
@@ -88,6 +99,7 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        rollout_func=rollout_func,
     )
 
     use_step_lines(trainer)  # one short line per logged step; the whole dict goes to output_dir/log_history.jsonl
