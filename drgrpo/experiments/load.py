@@ -1,0 +1,54 @@
+"""The load average while something runs: wall times on a shared machine mean little without it.
+
+`LoadSampler` reads the 1-minute load average every `interval` seconds in a daemon thread while its `with` block
+runs; `mean` is what a report prints beside the block's wall time (`make bias-real`, `make compare`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+class LoadSampler:
+    """Samples the 1-minute load average at the start, every `interval` seconds and at the end of a `with` block."""
+
+    def __init__(self, interval: float = 30.0) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        value = load_average()
+        if value is not None:
+            self.samples.append(value)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> LoadSampler:
+        self._sample()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    @property
+    def mean(self) -> float | None:
+        """Mean of the samples so far (None without any)."""
+        return round(sum(self.samples) / len(self.samples), 2) if self.samples else None
