@@ -20,6 +20,12 @@ def main() -> None:
     parser.add_argument("--recipe", default=SmolDemoSettings.recipe)
     parser.add_argument("--seed", type=int, default=SmolDemoSettings.seed, help="task split and training seed")
     parser.add_argument("--num_test", type=int, default=SmolDemoSettings.num_test, help="held-out problems")
+    parser.add_argument(
+        "--truncated_as_wrong",
+        type=lambda value: value.lower() in ("true", "1", "yes"),
+        default=SmolDemoSettings.truncated_as_wrong,
+        help="count held-out samples cut at the budget wrong, as the paper and training do (default true)",
+    )
     parser.add_argument("rl_overrides", nargs=argparse.REMAINDER, help="recipe overrides for training, after --")
     args = parser.parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
@@ -32,6 +38,7 @@ def main() -> None:
         recipe=args.recipe,
         seed=args.seed,
         num_test=args.num_test,
+        truncated_as_wrong=args.truncated_as_wrong,
         rl_overrides=tuple(a for a in args.rl_overrides if a != "--"),
     )
     summary = run_smol_demo(settings)

@@ -143,7 +143,7 @@ def test_the_filter_knows_its_architectures_and_refuses_to_guess_others():
     from rewards.code._seccomp import program_filter
 
     for machine in ("x86_64", "aarch64", "riscv64"):
-        assert 25 < len(program_filter(True, machine)) < 50
+        assert 40 < len(program_filter(True, machine)) < 80
     assert len(program_filter(False, "x86_64")) == len(program_filter(True, "x86_64")) - 3  # no socket() family
     with pytest.raises(OSError, match="knows the system calls of x86_64, aarch64, riscv64, not s390x"):
         program_filter(True, "s390x")
@@ -172,16 +172,42 @@ def test_the_cpu_cgroup_folder_is_found_on_v1_hybrid_and_v2_machines():
     assert find_cpu_folder("0::/\n", V2_MOUNTS, lambda f: True) == ("/sys/fs/cgroup", 2)
 
 
-def test_a_v2_runner_cgroup_gets_one_cpu_and_stale_ones_go(tmp_path, monkeypatch):
-    """The files a cgroup v2 runner cgroup is made of (this machine's kernel may offer only v1 for `cpu`)."""
+def test_a_v2_runner_cgroup_gets_one_cpu_a_memory_limit_and_stale_ones_go(tmp_path, monkeypatch):
+    """The files a cgroup v2 runner cgroup is made of (this machine's kernel may offer only v1)."""
     from rewards.code import _cgroup
 
     (tmp_path / "cgroup.subtree_control").write_text("memory\n")
     (tmp_path / "drgrpo-runner-999999999-0").mkdir()  # left by a trainer that is gone (pid beyond pid_max)
     (tmp_path / "drgrpo-runner-1-0").mkdir()  # pid 1 lives: not stale
-    monkeypatch.setattr(_cgroup, "cpu_cgroup_folder", lambda: (str(tmp_path), 2))
-    path = _cgroup.runner_cgroup("drgrpo-runner-7-0")
-    assert path == str(tmp_path / "drgrpo-runner-7-0")
-    assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"  # enabled for the runners' cgroups
-    assert (tmp_path / "drgrpo-runner-7-0" / "cpu.max").read_text() == "100000 100000"
+    monkeypatch.setattr(_cgroup, "controller_folder", lambda controller: (str(tmp_path), 2))
+    cgroups = _cgroup.runner_cgroups("drgrpo-runner-7-0", 640 << 20)
+    path = tmp_path / "drgrpo-runner-7-0"
+    assert cgroups == {"cpu": str(path), "memory": str(path)}  # one folder for both controllers on v2
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"  # memory was enabled already
+    assert (path / "cpu.max").read_text() == "100000 100000"
+    assert (path / "memory.max").read_text() == str(640 << 20)
+    assert (path / "memory.swap.max").read_text() == "0"
     assert sorted(p.name for p in tmp_path.glob("drgrpo-runner-*")) == ["drgrpo-runner-1-0", "drgrpo-runner-7-0"]
+
+
+V1_MOUNTS = (  # this kind of machine: every controller its own v1 hierarchy, the trainer in a memory cgroup
+    "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+)
+
+
+def test_the_memory_cgroup_folder_is_found_on_v1_and_v2_machines():
+    from rewards.code._cgroup import find_folder
+
+    memberships = "4:memory:/process_api/abc\n1:cpu:/\n0::/\n"
+    assert find_folder("memory", memberships, V1_MOUNTS, lambda f: False) == (
+        "/sys/fs/cgroup/memory/process_api/abc",
+        1,
+    )
+    assert find_folder("cpu", memberships, V1_MOUNTS, lambda f: False) == ("/sys/fs/cgroup/cpu", 1)
+    assert find_folder("memory", HYBRID_CGROUPS, HYBRID_MOUNTS, lambda f: False) is None  # not mounted there
+    assert find_folder("memory", "0::/user.slice/s.scope\n", V2_MOUNTS, lambda f: True) == (
+        "/sys/fs/cgroup/user.slice/s.scope",
+        2,
+    )

@@ -1,18 +1,23 @@
 """Dynamic sampling, issue 23: padding groups carry no signal whatever the KL and std settings (or the run stops,
 `dynamic_sampling_exhausted: raise`), every logged figure and the completions table describe the batch trained on,
-drops count drops only, and a rank holds no more rows than it trains on."""
+drops count drops only, and a rank holds no more rows than it trains on. Issue 30: a padded step is weighted by one
+rule under every loss_type, the one TRL applies to all-equal groups without dynamic sampling."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 import pytest
 import torch
-from test_dynamic_sampling import GROUP, PER_DEVICE, STEPS_PER_GENERATION, make_trainer
+from datasets import Dataset
+from test_dynamic_sampling import GROUP, PER_DEVICE, STEPS_PER_GENERATION, half_constant, make_trainer
 
 from drgrpo.algorithm.advantages import group_advantages
+from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.dynamic_sampling import exhausted_message, round_selection
+from drgrpo.algorithm.trainer import DrGRPOTrainer
 from drgrpo.core.errors import RecipeError
 
 LOCAL_ROWS = PER_DEVICE * STEPS_PER_GENERATION  # one process: the generation batch, 8 groups of 4
@@ -55,10 +60,11 @@ def _record_rounds(trainer) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scale", ["group", "none"])
-def test_padding_groups_get_exactly_zero_advantage_and_no_loss_weight(tiny_model_path, addition_data, tmp_path, scale):
+def test_padding_groups_get_exactly_zero_advantage(tiny_model_path, addition_data, tmp_path, scale):
     """One round (dynamic_sampling_max_rounds 1): the even-operand prompts' all-equal groups pad the batch. With a KL in
     the reward (0.1) their KL-only spread is not 0 once the policy has moved (the second batch), and std scaling
-    (TRL's eps 1e-4) would blow it up: the padding rows must still get advantage 0 and a zero loss mask."""
+    (TRL's eps 1e-4) would blow it up: the padding rows must still get advantage 0. They keep their completion mask
+    (counted in the normaliser as an all-equal group is, issue 30), and the padding tokens are logged apart."""
     settings = {"dr_grpo": scale == "none", "scale_rewards": scale, "kl_in_reward_coef": 0.1}
     trainer, trained, losses = make_trainer(
         tiny_model_path, addition_data, tmp_path, max_steps=4, dynamic_sampling_max_rounds=1, **settings
@@ -72,10 +78,12 @@ def test_padding_groups_get_exactly_zero_advantage_and_no_loss_weight(tiny_model
         assert any(equal) and equal == sorted(equal), "informative groups first, padding after"
         padding = torch.tensor(equal).repeat_interleave(GROUP)
         assert torch.equal(output["advantages"][padding], torch.zeros(int(padding.sum())))
-        assert output["completion_mask"][padding].sum() == 0, "padding rows carry loss weight"
-        assert (output["completion_mask"][~padding].sum(dim=1) > 0).all()
+        assert (output["completion_mask"].sum(dim=1) > 0).all(), "a row lost its place in the normaliser"
         assert output["advantages"][~padding].abs().sum() > 0
         assert output["num_items_in_batch"] == output["completion_mask"].sum()
+        batch["padding_tokens"] = int(
+            (output["prompt_mask"].sum(dim=1) + output["completion_mask"].sum(dim=1))[padding].sum()
+        )
     # What the old padding trained on in the second batch: the all-equal groups' advantages from the KL alone.
     second = rounds[1]
     assert second["kls"].abs().max() > 0
@@ -86,6 +94,7 @@ def test_padding_groups_get_exactly_zero_advantage_and_no_loss_weight(tiny_model
     assert all(record["inputs"]["completion_ids"].shape[0] == PER_DEVICE for record in losses)
     logs = [entry for entry in trainer.state.log_history if "dynamic_sampling/groups_padded" in entry]
     assert all(entry["dynamic_sampling/groups_padded"] > 0 for entry in logs)
+    assert [entry["dynamic_sampling/padding_tokens"] for entry in logs] == [b["padding_tokens"] for b in trained]
     # Padding groups are not drops: with one round every all-equal group pads the batch.
     assert all(entry["dynamic_sampling/groups_dropped_all_wrong"] == 0 for entry in logs)
     assert all(entry["dynamic_sampling/groups_dropped_all_correct"] == 0 for entry in logs)
@@ -136,3 +145,45 @@ def test_logs_and_completions_table_describe_the_trained_batch(tiny_model_path, 
     # The rank kept only the rows it trains on, not every round's rows (the old sampler held rounds x 32).
     assert trainer._dynamic_sampler.rows_held_peak == LOCAL_ROWS
     assert not math.isnan(history[1]["diag/truncation_rate"])
+
+
+@pytest.mark.parametrize("loss_type", ["dr_grpo", "grpo", "dapo", "bnpo"])
+def test_a_padded_step_gets_the_informative_rows_gradient_scaled_by_their_share(
+    tiny_model_path, addition_data, tmp_path, loss_type
+):
+    """docs/grpo-family.md's rule: padding (advantage 0) counts in every loss_type's normaliser, so a step whose
+    normaliser is a share p padding gets (1 - p) of the gradient its informative rows give as a batch of their own: p
+    of the rows under dr_grpo and grpo, of the tokens under dapo and bnpo (one micro-batch here)."""
+    rows = [json.loads(line) for line in open(addition_data["train"])][:8]
+    prompts = [r["question"] for r in rows if int(r["question"].split("+")[0]) % 2 == 0][:2]
+    prompts += [r["question"] for r in rows if int(r["question"].split("+")[0]) % 2 == 1][:2]
+    args = DrGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=16,
+        num_generations=GROUP, max_completion_length=6, seed=5, dynamic_sampling=True, dynamic_sampling_max_rounds=1,
+        diagnostics_warnings=False, **({"dr_grpo": True} if loss_type == "dr_grpo" else {"loss_type": loss_type}),
+    )  # fmt: skip
+    dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+    trainer = DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[half_constant], args=args, train_dataset=dataset)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    batch = trainer._generate_and_score_completions([{"prompt": p} for p in prompts for _ in range(GROUP)])
+    rewards = trainer._last_rewards_per_func[:, 0].view(-1, GROUP)
+    padding = (rewards == rewards[:, :1]).all(dim=1).repeat_interleave(GROUP)
+    assert 0 < int(padding.sum()) < len(padding), "the case needs padding and informative rows"
+
+    def gradient(inputs: dict) -> torch.Tensor:
+        trainer.model.zero_grad()
+        trainer._compute_loss(trainer.model, inputs).backward()
+        return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    informative = {k: v[~padding] if torch.is_tensor(v) and v.dim() > 0 else v for k, v in batch.items()}
+    informative["num_items_in_batch"] = informative["completion_mask"].sum()
+    # Each completion's own tokens, up to its first end-of-sequence token (TRL's mask), whatever mask the batch carries.
+    stops = torch.isin(batch["completion_ids"], torch.tensor(trainer.eos_token_ids))
+    width = batch["completion_ids"].size(1)
+    tokens = torch.where(stops.any(dim=1), stops.int().argmax(dim=1) + 1, width).float()
+    assert torch.equal(batch["completion_mask"].sum(dim=1).float(), tokens), "padding rows left the normaliser"
+    share = padding.float().mean() if loss_type in ("dr_grpo", "grpo") else tokens[padding].sum() / tokens.sum()
+    full, alone = gradient(batch), gradient(informative)
+    assert alone.abs().max() > 0
+    assert torch.allclose(full, (1 - share) * alone, rtol=1e-4, atol=1e-7), (loss_type, float(share))

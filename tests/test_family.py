@@ -80,3 +80,38 @@ def test_explain_on_a_cpu_node_uses_the_recipes_own_batch_for_its_target_world_s
 def test_explain_without_steps_per_generation_uses_the_recipes_accumulation():
     text = explain_recipe([str(ROOT / "recipes/tiny_grpo.yaml"), "--gradient_accumulation_steps", "3", "--explain"])
     assert "steps_per_generation=3 (gradient_accumulation_steps=3)" in text
+
+
+def test_explain_says_when_the_ratio_is_one_and_the_vllm_mismatch_uncorrected():
+    """From the user's side (issue 30): vLLM without its importance-sampling correction, and
+    gradient_accumulation_steps == steps_per_generation, so TRL never recomputes pi_old. The ratio is then exactly 1
+    and nothing corrects vLLM's sampling against the trainer's probabilities; the card must say both."""
+    command = [
+        PYTHON, "scripts/train.py", "recipes/qwen2.5_math_1.5b_drgrpo.yaml", "--gradient_accumulation_steps", "8",
+        "--explain",
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    line = next(line for line in result.stdout.splitlines() if line.split()[:1] == ["log-probs"])
+    assert "sampled by vLLM" in line
+    assert "pi_old = pi_theta (not recomputed: the ratio is exactly 1)" in line
+    assert "vLLM-vs-trainer mismatch not corrected" in line
+
+
+def test_log_probs_line_follows_trls_rule_for_recomputing_pi_old(tmp_path):
+    base = {"num_generations": 8, "per_device_train_batch_size": 8, "use_vllm": True}
+    # Aligned, IS correction on: TRL recomputes pi_old for the correction, which corrects the mismatch.
+    on = card(
+        tmp_path, **base, vllm_importance_sampling_correction=True, vllm_importance_sampling_mode="token_truncate"
+    )
+    assert "pi_old recomputed by the trainer" in on["log-probs"]
+    assert "mismatch corrected by IS token_truncate (cap 3.0)" in on["log-probs"]
+    # Misaligned (1 accumulation step, 4 per generation), no correction: recomputed, the mismatch stays.
+    stale = card(
+        tmp_path, **base, vllm_importance_sampling_correction=False, gradient_accumulation_steps=1,
+        steps_per_generation=4,
+    )  # fmt: skip
+    assert "pi_old recomputed by the trainer" in stale["log-probs"] and "mismatch not corrected" in stale["log-probs"]
+    aligned = card(tmp_path, **base, vllm_importance_sampling_correction=False, num_iterations=2,
+                   gradient_accumulation_steps=4, steps_per_generation=2)  # fmt: skip
+    assert "the ratio is exactly 1" in aligned["log-probs"] and "mismatch not corrected" in aligned["log-probs"]

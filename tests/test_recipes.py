@@ -27,3 +27,17 @@ def test_recipe_parses(recipe):
     else:
         assert training.loss_type != "dr_grpo"
     assert training.num_generations >= 2
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "qwen3_8b_drgrpo", "qwen3_8b_drgrpo_lora", "qwen3_8b_drgrpo_vllm_server", "qwen3_8b_grpo",
+        "qwen2.5_math_1.5b_drgrpo", "smollm2_135m_drgrpo", "smollm2_135m_grpo",
+    ],
+)  # fmt: skip
+def test_math_recipes_score_truncated_answers_as_the_paper_does(name):
+    """The Dr.GRPO paper's rule (reward 0 for a response cut at the budget) in every recipe of its math setup, the GRPO
+    twins included, so that a comparison differs only in the algorithm (issue 30)."""
+    values = yaml.safe_load((RECIPES[0].parent / f"{name}.yaml").read_text())
+    assert values["reward_funcs"] == ["accuracy"] and values["zero_reward_for_truncated"] is True

@@ -10,7 +10,13 @@ import json
 import pytest
 
 from drgrpo.experiments.arithmetic_task import QUESTION, addition_pairs, split_pairs, write_chat_addition_task
-from drgrpo.experiments.smollm2_demo import SmolDemoSettings, format_summary, run_smol_demo, strict_correct
+from drgrpo.experiments.smollm2_demo import (
+    SmolDemoSettings,
+    format_summary,
+    run_smol_demo,
+    strict_accuracy,
+    strict_correct,
+)
 
 
 def _operands(question: str) -> tuple[int, int]:
@@ -56,6 +62,20 @@ def test_strict_check_refuses_a_restated_question(extracted, gold, expected):
     assert strict_correct(extracted, gold) is expected
 
 
+def test_strict_accuracy_counts_truncated_samples_wrong_only_under_the_papers_rule(tmp_path):
+    rows = [
+        {"extracted": "38", "gold": "38", "truncated": False},
+        {"extracted": "42", "gold": "42", "truncated": True},  # the grader read a number in cut-off text
+        {"extracted": "7", "gold": "8", "truncated": False},
+        {"extracted": None, "gold": "3", "truncated": True},
+    ]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert strict_accuracy(samples) == 0.5
+    assert strict_accuracy(samples, truncated_as_wrong=True) == 0.25
+    assert SmolDemoSettings().truncated_as_wrong is True  # the demo's default: as zero_reward_for_truncated trains
+
+
 @pytest.mark.slow
 def test_smollm2_trains_two_steps_and_is_evaluated(tmp_path):
     """`make demo` end to end, shrunk: the real model, real generation, 2 optimizer steps, 4 held-out problems."""
@@ -73,6 +93,7 @@ def test_smollm2_trains_two_steps_and_is_evaluated(tmp_path):
     assert written == summary
     assert summary["model"] == "smollm2-135m-instruct" and summary["seed"] == 0 and summary["held_out_problems"] == 4
     assert summary["train_steps"] == 2 and summary["seconds"] > 0
+    assert summary["truncated_as_wrong"] is True  # the paper's rule, as the recipe's training applies it
     for key in ("accuracy_before", "accuracy_after", "strict_accuracy_before", "strict_accuracy_after"):
         assert 0.0 <= summary[key] <= 100.0
     assert (tmp_path / "demo" / "model" / "model.safetensors").is_file()

@@ -1,8 +1,10 @@
 """`zero_reward_for_truncated`: a completion cut at the generation budget gets the lowest score of every reward
-function (the Dr.GRPO paper's 0 with its 0/1 accuracy), so truncation never pays (issue 23)."""
+function (the Dr.GRPO paper's 0 with its 0/1 accuracy), so truncation never pays (issue 23); a missing score counts
+as its function's lowest and, after a KL in the reward, a cut completion totals its group's lowest (issue 30)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -14,9 +16,11 @@ from drgrpo.algorithm.advantages import (
     floor_truncated_rewards,
     group_advantages,
     lowest_scores,
+    truncated_at_group_lowest,
     truncated_completions,
 )
 from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.kl import kl_penalised_rewards
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from rewards import get_reward_funcs
 
@@ -128,3 +132,55 @@ def test_trainer_refuses_a_reward_without_a_range(tiny_model_path, tmp_path):
     )  # fmt: skip
     with pytest.raises(ValueError, match="'undeclared' declares none"):
         DrGRPOTrainer(model=str(tiny_model_path), reward_funcs=[undeclared], args=args, train_dataset=dataset)
+
+
+def test_the_issues_kl_case_truncated_no_longer_on_top():
+    """Issue 30: four completions, the truncated one first, all rewards 0, k3 sums [2, 5, 5, 5], coefficient 0.1.
+    The KL came after the floor: the cut completion had the top advantage under every baseline and scaling. Now its
+    total is its group's lowest (-0.5), so the group is all-equal and carries no signal."""
+    truncated = torch.tensor([True, False, False, False])
+    rewards = torch.zeros(4)
+    for kls, old_expected in (([2.0, 5.0, 5.0, 5.0], 0.225), ([-2.0, 0.5, 0.5, 0.5], 0.1875)):  # k3, k1 sums
+        penalised = kl_penalised_rewards(rewards, torch.tensor(kls), 0.1)
+        assert group_advantages(penalised, 4, scale_by_std=False)[0].item() == pytest.approx(old_expected)
+        fixed = truncated_at_group_lowest(penalised, truncated, 4)
+        assert fixed.tolist() == pytest.approx([penalised.min().item()] * 4)
+        for scale, loo in itertools.product((False, True), (False, True)):
+            assert group_advantages(fixed, 4, scale_by_std=scale, leave_one_out=loo).tolist() == [0.0] * 4
+    # The issue's other figures, before: leave-one-out +0.30, group std +1.50, both +2.00.
+    penalised = kl_penalised_rewards(rewards, torch.tensor([2.0, 5.0, 5.0, 5.0]), 0.1)
+    old = [group_advantages(penalised, 4, scale_by_std=s, leave_one_out=loo)[0].item() for s, loo in
+           ((False, True), (True, False), (True, True))]  # fmt: skip
+    assert old == pytest.approx([0.30, 1.50, 2.00], abs=2e-3)  # std + eps 1e-4
+
+
+def test_truncated_total_is_clamped_to_its_groups_lowest_only():
+    # Group 1: the cut completion (-0.1) is above an ended one (-0.4): it drops to -0.4. Group 2: already lowest.
+    # Group 3: an unscored ended completion (NaN) is ignored. Group 4: nothing truncated.
+    rewards = torch.tensor([-0.1, -0.4, 0.5, -2.0, 0.0, 1.0, 0.3, math.nan, 0.8, 0.1, 0.2, 0.3])
+    truncated = torch.tensor([True, False, False, True, False, False, True, False, False, False, False, False])
+    clamped = truncated_at_group_lowest(rewards, truncated, 3)
+    expected = [-0.4, -0.4, 0.5, -2.0, 0.0, 1.0, 0.3, math.nan, 0.8, 0.1, 0.2, 0.3]
+    assert clamped.tolist() == pytest.approx(expected, nan_ok=True)
+    unscored = truncated_at_group_lowest(torch.tensor([math.nan, math.nan]), torch.tensor([True, False]), 2)
+    assert torch.isnan(unscored).all()  # a group with no scored total: nothing to clamp to
+
+
+def test_the_issues_missing_score_case_stays_above_the_floor():
+    """Issue 30: ranges (0, 1) and (0.5, 1), a custom score None. Summed as 0, the ended completion totalled 0.0,
+    below the truncated one's floor 0.5; at the function's lowest it totals 0.5, the floor."""
+    scores = torch.tensor([[1.0, 0.9], [0.0, math.nan], [0.0, 0.6], [0.0, 0.6]])  # the first one is cut
+    truncated = torch.tensor([True, False, False, False])
+    lowest = torch.tensor(lowest_scores(["accuracy", "custom"], [(0.0, 1.0), (0.5, 1.0)], [1.0, 1.0]))
+    weights = torch.ones(2)
+    old = combine_rewards(scores.masked_fill(truncated.unsqueeze(1), 0.0) + torch.tensor([0.0, 0.5]) * truncated
+                          .unsqueeze(1), weights)  # fmt: skip
+    assert old.tolist() == pytest.approx([0.5, 0.0, 0.6, 0.6])
+    assert group_advantages(old, 4, scale_by_std=False)[0].item() == pytest.approx(0.075)  # truncation paid
+    totals = combine_rewards(floor_truncated_rewards(scores, truncated, lowest), weights)
+    assert totals.tolist() == pytest.approx([0.5, 0.5, 0.6, 0.6])
+    advantages = group_advantages(totals, 4, scale_by_std=False)
+    assert advantages[0].item() == pytest.approx(-0.05) and advantages[0] <= advantages[1:].min()
+    # A completion no function scored stays unscored (left out, advantage 0, as in TRL).
+    unscored = floor_truncated_rewards(torch.tensor([[math.nan, math.nan]]), torch.tensor([False]), lowest)
+    assert torch.isnan(unscored).all()

@@ -75,7 +75,8 @@ def floor_truncated_rewards(
     rewards_per_func: torch.Tensor, truncated: torch.Tensor, lowest: torch.Tensor
 ) -> torch.Tensor:
     """Every score of a truncated completion set to ``lowest`` (one entry per function, from ``lowest_scores``),
-    unscored (NaN) ones included; the other completions unchanged.
+    unscored (NaN) ones included; and every missing score of a completion that ended, where another function scored
+    it, set to that function's lowest as well. The other scores are unchanged.
 
     So a completion cut at the generation budget gets the lowest total the reward functions can give, and never
     scores more than a completion of its group that ended. With the Dr.GRPO paper's correctness-only 0/1 reward this
@@ -84,13 +85,47 @@ def floor_truncated_rewards(
     penalty's -1 and adds the correctness reward's lowest (0), instead of zeroing the penalty away. TRL's
     ``mask_truncated_completions`` (DAPO's "overlong filtering") instead drops a truncated completion from the loss.
 
+    A missing score (a reward returned None: a custom reward's timeout or exception, counted in
+    ``rewards/<name>/failures``) would be summed as 0 (``combine_rewards``, TRL's ``nansum``), which is below the floor
+    of a function whose lowest value is above 0 (or, with a negative weight, whose highest is below 0): an ended
+    completion would then total less than a truncated one. At the function's lowest it scores what a truncated
+    completion scores there, so the floor stays the lowest total. A completion that no function scored stays
+    unscored (NaN): left out of its group's statistics, advantage 0, as in TRL.
+
     Args:
         rewards_per_func: ``(N, F)`` scores of ``F`` reward functions on ``N`` completions.
         truncated: ``(N,)`` booleans from ``truncated_completions``.
         lowest: ``(F,)`` the score each function gives a truncated completion.
     """
     floor = lowest.to(rewards_per_func.device, rewards_per_func.dtype).unsqueeze(0).expand_as(rewards_per_func)
-    return torch.where(truncated.to(rewards_per_func.device).unsqueeze(1), floor, rewards_per_func)
+    missing = torch.isnan(rewards_per_func)
+    partly_scored = ~missing.all(dim=1, keepdim=True)
+    at_floor = truncated.to(rewards_per_func.device).unsqueeze(1) | (missing & partly_scored)
+    return torch.where(at_floor, floor, rewards_per_func)
+
+
+def truncated_at_group_lowest(rewards: torch.Tensor, truncated: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Every truncated completion's total set to the lowest total of its group (its own and the other truncated ones'
+    included), after every term that enters the advantage; the other totals unchanged.
+
+    ``floor_truncated_rewards`` makes a truncated completion's *score* the lowest, but a KL folded into the reward
+    (``kl_in_reward_coef``, ``R - coef * sum_t KL_t``) comes after it, and truncated completions are the longest, so
+    their summed KL varies most (a k1 sum can be negative): a cut completion with a small penalty would otherwise end
+    above an ended one, or above its group's mean. Clamped here, it is never above any completion of its group, so
+    its advantage is at most every other one's, and at most 0, under every baseline and std scaling (all are
+    increasing in the total within a group). Truncated completions of one group all get the same total: a group in
+    which every completion was cut carries no signal, as it does without a KL. Without a KL the floor is already the
+    lowest total and this changes nothing. (Oat subtracts the KL after zeroing the reward, as we did before.)
+
+    Args:
+        rewards: flat ``(N,)`` totals, groups contiguous; NaN marks an unscored completion (ignored here).
+        truncated: ``(N,)`` booleans from ``truncated_completions``.
+        group_size: completions per prompt.
+    """
+    grouped = rewards.view(-1, group_size)
+    lowest = torch.where(torch.isnan(grouped), math.inf, grouped).amin(dim=1, keepdim=True).expand_as(grouped)
+    cut = truncated.to(rewards.device).view(-1, group_size)
+    return torch.where(cut & torch.isfinite(lowest), lowest, grouped).reshape(-1)
 
 
 def group_advantages(
@@ -153,6 +188,7 @@ def group_advantages(
     if group_size == 1 and verl_single_sample_rule:
         mean = torch.zeros_like(grouped)
         std = torch.ones_like(grouped)
+        all_equal = torch.zeros_like(valid)
     else:
         count = valid.sum(dim=1, keepdim=True)
         filled = torch.where(valid, grouped, torch.zeros_like(grouped))
@@ -161,8 +197,13 @@ def group_advantages(
         dof = (count - std_ddof).clamp(min=1)
         std = torch.sqrt(squared.sum(dim=1, keepdim=True) / dof)
         std = torch.where(count > std_ddof, std, torch.zeros_like(std))
+        # An all-equal group gets exactly 0: its float mean can miss its value by a rounding step (a sum of three
+        # equal floats is not always exact), which a small epsilon would turn into an advantage of order 1.
+        high = torch.where(valid, grouped, -math.inf).amax(dim=1, keepdim=True)
+        low = torch.where(valid, grouped, math.inf).amin(dim=1, keepdim=True)
+        all_equal = (high == low).expand_as(grouped)
 
-    advantages = grouped - mean
+    advantages = torch.where(all_equal, torch.zeros_like(grouped), grouped - mean)
     if leave_one_out:
         # R_i - (S - R_i) / (n - 1) = n / (n - 1) * (R_i - S / n); no sibling (n <= 1) -> 0.
         n = count.to(advantages.dtype)

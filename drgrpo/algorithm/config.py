@@ -90,10 +90,11 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, GRPOConf
         default=False,
         metadata={
             "help": "Give a completion cut at max_completion_length (no end-of-answer token) the lowest score of "
-            "every reward function (each declares its reward_range), so it never scores more than one of its group "
-            "that ended: 0 with the Dr.GRPO paper's 0/1 accuracy alone, its rule; with DAPO's overlong penalty that "
-            "penalty's -1 stays. It stays in its group, unlike TRL's mask_truncated_completions, which leaves it out "
-            "of the loss."
+            "every reward function (each declares its reward_range; a missing score of an ended completion counts as "
+            "that lowest too) and, after a KL in the reward, its group's lowest total, so it never scores more than "
+            "one of its group that ended: 0 with the Dr.GRPO paper's 0/1 accuracy alone, its rule; with DAPO's "
+            "overlong penalty that penalty's -1 stays. It stays in its group, unlike TRL's "
+            "mask_truncated_completions, which leaves it out of the loss."
         },
     )
 

@@ -6,10 +6,11 @@ backward pass and carries no policy-gradient signal (DAPO, Yu et al., arXiv 2503
 hands it, drops the all-equal groups, and generates for more prompts drawn from a dedicated, seeded stream over the
 training set until it holds the generation batch's full number of groups (at most `dynamic_sampling_max_rounds`
 rounds). If the rounds run out, `dynamic_sampling_exhausted` decides: `pad` fills the batch with the last round's
-all-equal groups, with advantage exactly 0 and no loss weight (their completion mask is zeroed, as TRL's
-`mask_truncated_completions` does), or `raise` stops the run (verl). The batch that is trained on has exactly the
-shape TRL expects, so the optimizer-step batch size, and with it `dr_grpo`'s constant normaliser
-`B x max_completion_length`, never change.
+all-equal groups, with advantage exactly 0, or `raise` stops the run (verl). The batch that is trained on has exactly
+the shape TRL expects, so the optimizer-step batch size, and with it `dr_grpo`'s constant normaliser
+`B x max_completion_length`, never change. A padding row is trained as TRL trains any all-equal group without dynamic
+sampling: no policy-gradient term (advantage 0), but its rows and tokens count in every `loss_type`'s normaliser and
+`beta`'s KL applies to it, so one rule holds for every `loss_type` (docs/grpo-family.md).
 
 Every decision is taken on the all-process rewards, which every rank holds, so all ranks keep the same groups and
 know where each kept row goes in the batch (group-contiguous, process-major, TRL's order). Each rank keeps only the
@@ -174,7 +175,7 @@ class DynamicSampler:
         table: list[dict] = []  # per round: its completions-table rows that the batch takes
         rewards_parts: list[torch.Tensor] = []  # per round: all-process rewards of its rows the batch takes
         kl_parts: list[torch.Tensor] = []
-        padding: list[bool] = []  # per batch row: a padding row (advantage 0, no loss weight)
+        padding: list[bool] = []  # per batch row: a padding row (advantage 0)
         filled = rounds = dropped_correct = dropped_wrong = padded = 0
         while True:
             rounds += 1
@@ -215,8 +216,8 @@ class DynamicSampler:
             self.warned = True
             logger.warning(
                 "dynamic_sampling: %d rounds gave %d of %d informative groups; %d groups with all-equal rewards fill "
-                "the batch with advantage 0 and no loss weight. Raise dynamic_sampling_max_rounds, check the task's "
-                "difficulty, or set dynamic_sampling_exhausted: raise (this warning is shown once; "
+                "the batch with advantage 0 (no policy-gradient term). Raise dynamic_sampling_max_rounds, check the "
+                "task's difficulty, or set dynamic_sampling_exhausted: raise (this warning is shown once; "
                 "dynamic_sampling/groups_padded counts every step).",
                 rounds,
                 target - padded,
@@ -227,14 +228,19 @@ class DynamicSampler:
         trainer._last_rewards_per_func = torch.cat(rewards_parts)
         start = trainer.accelerator.process_index * local_rows
         local_padding = torch.tensor(padding[start : start + local_rows], device=local["advantages"].device)
-        # The batch's figures under TRL's names (and diag/), before the padding rows lose their loss weight.
+        # The batch's figures under TRL's names (and diag/): every row is trained, padding included (advantage 0).
         self._log_trained_batch(local, torch.cat(kl_parts) if kl_parts else None, tokens_seen)
         batch_logs.put_rows(trainer._logs, table)
         trainer._log_batch_diagnostics(local, "train", group_size)
         local["advantages"] = local["advantages"].masked_fill(local_padding, 0.0)
-        local["completion_mask"] = local["completion_mask"].masked_fill(local_padding.unsqueeze(1), 0)
+        # The padding rows keep their completion mask: counted in every loss_type's normaliser, as TRL counts an
+        # all-equal group (the tokens TRL's loss divides by under dapo, whole batch, all processes).
         loss_mask = local["completion_mask"] * local.get("tool_mask", 1)
         local["num_items_in_batch"] = trainer.accelerator.gather(loss_mask.sum()).sum()
+        padding_tokens = (local["prompt_mask"].sum(dim=1) + loss_mask.sum(dim=1))[local_padding].sum()
+        metrics[metric_names.DYNAMIC_SAMPLING_PADDING_TOKENS].append(
+            float(trainer.accelerator.gather(padding_tokens).sum())
+        )
         metrics[metric_names.DYNAMIC_SAMPLING_ROUNDS].append(float(rounds))
         metrics[metric_names.DYNAMIC_SAMPLING_DROPPED_ALL_CORRECT].append(float(dropped_correct))
         metrics[metric_names.DYNAMIC_SAMPLING_DROPPED_ALL_WRONG].append(float(dropped_wrong))
@@ -338,8 +344,7 @@ def exhausted_message(rounds: int, informative: int, target: int) -> str:
         f"dynamic_sampling: {rounds} generation rounds (dynamic_sampling_max_rounds) gave {informative} of the "
         f"{target} groups whose rewards differ that the batch needs, and dynamic_sampling_exhausted: raise stops here, "
         "as verl does. Fix: raise dynamic_sampling_max_rounds, train on prompts of mixed difficulty, or set "
-        "dynamic_sampling_exhausted: pad (the batch is then filled with all-equal groups of advantage 0 and no loss "
-        "weight)."
+        "dynamic_sampling_exhausted: pad (the batch is then filled with all-equal groups of advantage 0)."
     )
 
 

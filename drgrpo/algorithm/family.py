@@ -63,9 +63,10 @@ class FamilyArguments:
         default="pad",
         metadata={
             "help": "When dynamic_sampling_max_rounds rounds leave the batch short of groups whose rewards differ: "
-            "'pad' fills it with the last round's all-equal groups, each with advantage exactly 0 and no loss weight "
-            "(whatever kl_in_reward_coef and scale_rewards say; the batch size and the dr_grpo normaliser stay), "
-            "warned once and counted in dynamic_sampling/groups_padded; 'raise' stops the run, as verl does."
+            "'pad' fills it with the last round's all-equal groups, each with advantage exactly 0 (whatever "
+            "kl_in_reward_coef and scale_rewards say) and trained as TRL trains any all-equal group: in every "
+            "loss_type's normaliser, under beta's KL; warned once and counted in dynamic_sampling/groups_padded; "
+            "'raise' stops the run, as verl does."
         },
     )
 
@@ -154,21 +155,35 @@ def _loss_line(config: Any) -> str:
     return template.format(max_len=config.max_completion_length, batch=config.per_device_train_batch_size)
 
 
-def _logprob_line(config: Any) -> str:
-    if config.use_vllm:
-        source = f"sampled by vLLM ({config.vllm_mode}); trainer recomputes pi_old"
-        if config.vllm_importance_sampling_correction:
-            source += (
-                f"; IS correction {config.vllm_importance_sampling_mode} "
-                f"(cap {config.vllm_importance_sampling_clip_max or config.vllm_importance_sampling_cap})"
-            )
-        else:
-            source += "; no IS correction"
-        return source
+def recomputes_old_logprobs(config: Any) -> bool:
+    """Whether TRL computes pi_old with the trainer after generating, exactly when TRL 1.16 does
+    (`GRPOTrainer._generate_and_score_completions`): gradient_accumulation_steps not a multiple of
+    steps_per_generation x num_iterations (later micro-steps then train on rollouts of an older policy), or vLLM's
+    importance-sampling correction on (it needs the trainer's log-probs of vLLM's samples). Otherwise TRL uses
+    pi_theta itself, detached, so the ratio pi_theta / pi_old is exactly 1 on every micro-step."""
     generate_every = config.steps_per_generation * config.num_iterations
-    if config.gradient_accumulation_steps % generate_every != 0:
-        return "sampled by the trainer (transformers generate); pi_old recomputed by the trainer before the updates"
-    return "sampled by the trainer (transformers generate); pi_old = pi_theta (on-policy, not recomputed)"
+    aligned = config.gradient_accumulation_steps % generate_every == 0
+    return not aligned or bool(config.use_vllm and config.vllm_importance_sampling_correction)
+
+
+def _logprob_line(config: Any) -> str:
+    if recomputes_old_logprobs(config):
+        old = "pi_old recomputed by the trainer before the updates"
+    else:
+        old = "pi_old = pi_theta (not recomputed: the ratio is exactly 1)"
+    if not config.use_vllm:
+        if old.startswith("pi_old ="):
+            old = "pi_old = pi_theta (on-policy, not recomputed)"
+        return f"sampled by the trainer (transformers generate); {old}"
+    if config.vllm_importance_sampling_correction:
+        cap = config.vllm_importance_sampling_clip_max or config.vllm_importance_sampling_cap
+        mismatch = f"vLLM-vs-trainer mismatch corrected by IS {config.vllm_importance_sampling_mode} (cap {cap})"
+    else:
+        mismatch = (
+            "vLLM-vs-trainer mismatch not corrected (vllm_importance_sampling_correction: false; the loss treats "
+            "vLLM's samples as the trainer's own)"
+        )
+    return f"sampled by vLLM ({config.vllm_mode}); {old}; {mismatch}"
 
 
 def _kl_line(config: Any) -> str:

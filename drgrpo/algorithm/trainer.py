@@ -17,6 +17,7 @@ from drgrpo.algorithm.advantages import (
     floor_truncated_rewards,
     group_advantages,
     lowest_scores,
+    truncated_at_group_lowest,
     truncated_completions,
 )
 from drgrpo.algorithm.config import DrGRPOConfig
@@ -80,6 +81,7 @@ class DrGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func: torch.Tensor | None = None
         self._last_sequence_kls: torch.Tensor | None = None  # all-process sum_t KL_t of the last round (KL in reward)
         self._truncated_scores: torch.Tensor | None = None
+        self._last_truncated: torch.Tensor | None = None  # all-process flags of the last round (truncation rule)
         if self.args.zero_reward_for_truncated:
             ranges = [getattr(func, "reward_range", None) for func in self.reward_funcs]
             lowest = lowest_scores(self.reward_func_names, ranges, self.reward_weights.tolist())
@@ -106,21 +108,22 @@ class DrGRPOTrainer(GRPOTrainer):
     # Override: keep the (all-process) rewards TRL just computed, so that the advantage override below starts from
     # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
     # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
-    # normalises the rewards: each function's lowest score, so that truncation can never pay.
+    # normalises the rewards: each function's lowest score (and so is a missing score of an ended completion), so
+    # that truncation can never pay, in TRL's advantage as in ours.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._truncated_scores is not None:
             stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
             truncated = truncated_completions(completion_ids_list, stop_token_ids).to(rewards_per_func.device)
             # TRL's rewards are already gathered over processes, in process order: gather the flags the same way.
-            truncated = self.accelerator.gather(truncated)
+            self._last_truncated = truncated = self.accelerator.gather(truncated)
             rewards_per_func = floor_truncated_rewards(rewards_per_func, truncated, self._truncated_scores)
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
     # Override: the diagnostics are logged here, on the batch that is trained on. With `dynamic_sampling` that batch is
     # assembled from several generation rounds of `_score_generation` (drgrpo/algorithm/dynamic_sampling.py), which
-    # logs TRL's figures and ours for the assembled batch itself, before its padding groups lose their loss weight.
+    # logs TRL's figures and ours for the assembled batch itself (its padding groups, advantage 0, included).
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
@@ -147,6 +150,8 @@ class DrGRPOTrainer(GRPOTrainer):
             rewards = kl_penalised_rewards(rewards, sequence_kls.to(rewards.device), self.args.kl_in_reward_coef)
             self._metrics[mode][metric_names.KL_IN_REWARD].append(sequence_kls.float().mean().item())
             self._last_sequence_kls = sequence_kls
+        if self._truncated_scores is not None:  # after every term of the total: a cut completion is its group's lowest
+            rewards = truncated_at_group_lowest(rewards, self._last_truncated.to(rewards.device), num_generations)
         advantages = group_advantages(
             rewards,
             num_generations,
@@ -244,5 +249,6 @@ def truncated_scores_line(names: list[str], scores: torch.Tensor, weights: torch
     total = float((scores * weights.cpu()).sum())
     return (
         f"zero_reward_for_truncated: a completion cut at max_completion_length scores {total:g} ({parts}), the lowest "
-        "total these reward functions can give, so it never scores more than a completion of its group that ended."
+        "total these reward functions can give (a missing score counts as its function's lowest), and after a KL in "
+        "the reward its group's lowest total, so it never scores more than a completion of its group that ended."
     )

@@ -5,7 +5,9 @@ Stages, all seeded by `--seed` (the task split and the training seed):
 1. the task (`drgrpo.experiments.arithmetic_task`): `What is 17 + 21? Put your final answer in \\boxed{}.`, sums of
    one- or two-digit numbers, 200 held-out problems disjoint from training by operand pair;
 2. greedy held-out accuracy of the model as prepared (`make smollm2`), by the project's evaluator, graded like the
-   `accuracy` reward;
+   `accuracy` reward, and a sample cut at the generation budget counts wrong (the Dr.GRPO paper's rule, which the
+   recipe's `zero_reward_for_truncated` applies in training; `--truncated_as_wrong false` credits what the grader
+   reads);
 3. Dr.GRPO with `recipes/smollm2_135m_drgrpo.yaml` through the same `parse_recipe` + `train` path as
    `scripts/train.py`;
 4. greedy held-out accuracy after training; `summary.json`, the training curves and the samples in `output_dir`.
@@ -40,6 +42,8 @@ class SmolDemoSettings:
     num_test: int = 200
     eval_batch_size: int = 50
     rl_overrides: tuple[str, ...] = ()
+    # Score a held-out sample cut at the generation budget as wrong, as the paper does and as training scores it.
+    truncated_as_wrong: bool = True
 
 
 def strict_correct(extracted: str | None, gold: str) -> bool:
@@ -52,13 +56,19 @@ def strict_correct(extracted: str | None, gold: str) -> bool:
     return _INTEGER.fullmatch(text) is not None and int(text) == int(gold)
 
 
-def strict_accuracy(samples_file: Path) -> float:
-    """Share of the evaluation's samples that pass `strict_correct`."""
+def strict_accuracy(samples_file: Path, truncated_as_wrong: bool = False) -> float:
+    """Share of the samples that pass `strict_correct` (a truncated one never, with `truncated_as_wrong`)."""
     rows = [json.loads(line) for line in Path(samples_file).read_text().splitlines() if line.strip()]
-    return sum(strict_correct(r.get("extracted"), str(r["gold"])) for r in rows) / max(1, len(rows))
+    passed = (
+        strict_correct(r.get("extracted"), str(r["gold"])) and not (truncated_as_wrong and r.get("truncated"))
+        for r in rows
+    )
+    return sum(passed) / max(1, len(rows))
 
 
-def held_out(model: str, test_file: Path, output_dir: Path, max_new_tokens: int, batch_size: int) -> dict:
+def held_out(
+    model: str, test_file: Path, output_dir: Path, max_new_tokens: int, batch_size: int, truncated_as_wrong: bool
+) -> dict:
     """Greedy evaluation on the held-out problems with the chat template, by the project's evaluator."""
     from drgrpo.evaluation import evaluate
 
@@ -74,8 +84,9 @@ def held_out(model: str, test_file: Path, output_dir: Path, max_new_tokens: int,
         output_dir=str(output_dir),
         batch_size=batch_size,
         overwrite=True,  # the demo retrains each run: never resume from an earlier run's samples
+        truncated_as_wrong=truncated_as_wrong,
     )
-    summary["strict_pass@1"] = strict_accuracy(output_dir / "samples.jsonl")
+    summary["strict_pass@1"] = strict_accuracy(output_dir / "samples.jsonl", truncated_as_wrong)
     return summary
 
 
@@ -116,15 +127,22 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
     ]  # fmt: skip
     script_args, training_args, model_args = parse_recipe([settings.recipe, *overrides])
     resolve_model(model_args.model_name_or_path)  # not prepared: one line naming `make smollm2`, before any work
-    budget = training_args.max_completion_length
+    budget, cut_wrong = training_args.max_completion_length, settings.truncated_as_wrong
 
     before = held_out(
-        model_args.model_name_or_path, data["test"], out / "eval" / "before", budget, settings.eval_batch_size
+        model_args.model_name_or_path,
+        data["test"],
+        out / "eval" / "before",
+        budget,
+        settings.eval_batch_size,
+        cut_wrong,
     )
     train_start = time.perf_counter()
     trainer = train(script_args, training_args, model_args)
     train_seconds = time.perf_counter() - train_start
-    after = held_out(str(out / "model"), data["test"], out / "eval" / "after", budget, settings.eval_batch_size)
+    after = held_out(
+        str(out / "model"), data["test"], out / "eval" / "after", budget, settings.eval_batch_size, cut_wrong
+    )
     plot_runs({"Dr.GRPO": trainer.state.log_history}, out / "curves.png", title="SmolLM2-135M-Instruct, Dr.GRPO")
 
     summary = {
@@ -139,6 +157,9 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "strict_accuracy_after": _percent(after["strict_pass@1"]),
         "truncated_before": _percent(before.get("truncation_rate", float("nan"))),
         "truncated_after": _percent(after.get("truncation_rate", float("nan"))),
+        "truncated_as_wrong": cut_wrong,  # truncated samples counted wrong (else credited as graded)
+        "truncated_graded_correct_before": before.get("truncated_graded_correct"),
+        "truncated_graded_correct_after": after.get("truncated_graded_correct"),
         "mean_length_before": before.get("mean_length"),
         "mean_length_after": after.get("mean_length"),
         "train_steps": trainer.state.global_step,
@@ -166,7 +187,7 @@ def format_summary(summary: dict, output_dir: str) -> str:
             "strict check (the extracted answer is a bare number equal to the gold): "
             f"{summary['strict_accuracy_before']:.1f}% -> "
             f"{summary['strict_accuracy_after']:.1f}%; truncated {summary['truncated_before']:.1f}% -> "
-            f"{summary['truncated_after']:.1f}%",
+            f"{summary['truncated_after']:.1f}% ({'counted wrong' if summary['truncated_as_wrong'] else 'graded'})",
             f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
             f"{summary['peak_rss_gb']:.1f} GB, torch threads {summary['torch_threads_used']} (count: times chosen)",
             f"summary: {output_dir}/summary.json; curves: {output_dir}/curves.png; samples: "

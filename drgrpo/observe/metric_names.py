@@ -36,6 +36,7 @@ DYNAMIC_SAMPLING_DROPPED_ALL_CORRECT = "dynamic_sampling/groups_dropped_all_corr
 DYNAMIC_SAMPLING_DROPPED_ALL_WRONG = "dynamic_sampling/groups_dropped_all_wrong"
 DYNAMIC_SAMPLING_PROMPTS_CONSUMED = "dynamic_sampling/prompts_consumed"
 DYNAMIC_SAMPLING_GROUPS_PADDED = "dynamic_sampling/groups_padded"
+DYNAMIC_SAMPLING_PADDING_TOKENS = "dynamic_sampling/padding_tokens"  # prompt + completion tokens of padding rows
 # Under dynamic sampling TRL's per-round figures (reward, frac_reward_zero_std, completions/*, num_tokens, ...) cover
 # every generated round; they are logged under this prefix, and TRL's own names describe the batch trained on.
 DYNAMIC_SAMPLING_GENERATED_PREFIX = "dynamic_sampling/generated_"

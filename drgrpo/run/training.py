@@ -86,8 +86,15 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         peft_config=get_peft_config(model_args),
     )
 
-    # Without DeepSpeed nothing keeps float32 copies of bf16 weights: a 1e-6 update would round away.
-    master_weights = keep_float32_master_weights(trainer.model, deepspeed=trainer.is_deepspeed_enabled)
+    # Without DeepSpeed (or FSDP's own upcast) nothing keeps float32 copies of bf16 weights: a 1e-6 update would round
+    # away. The reference model follows the trained copy's precision, so that the KL before any update is 0.
+    master_weights = keep_float32_master_weights(
+        trainer.model,
+        deepspeed=trainer.is_deepspeed_enabled,
+        fsdp=trainer.is_fsdp_enabled,
+        mixed_precision=trainer.accelerator.mixed_precision,
+        reference=trainer.ref_model,
+    )
     if trainer.accelerator.device.type == "cpu":
         adapt_torch_threads()
         trainer.add_callback(ThreadCountCallback())

@@ -12,10 +12,11 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
    `/home` of the host), `pivot_root`s into it, mounts a fresh writable tmpfs on `/tmp` for the work folders and
    answers `("ready", info)`.
 3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
-   (own session and IPC namespace, uid/gid 65534, no capabilities, no new privileges, rlimits, a fresh session
-   keyring, the seccomp filter, clean environment, stdin from a memfd), reads its stdout/stderr up to the output
-   limit, and on exit, timeout or overflow kills every process of the namespace (`kill(-1, SIGKILL)`), reaps them,
-   replaces `/tmp` by an empty tmpfs and answers `(job_id, result)`. After an error of its own, or when its own
+   (own session, network and IPC namespaces, oom_score_adj 1000, uid/gid 65534, no capabilities, no new
+   privileges, rlimits, a fresh session keyring, the seccomp filter, clean environment, stdin from a memfd), reads
+   its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every process of the namespace
+   (`kill(-1, SIGKILL)`), reaps them (their CPU time is the program's), replaces `/tmp` by an empty tmpfs and
+   answers `(job_id, result)`. After an error of its own, or when its own
    limits changed, the answer carries `retire` and
    `R` exits: the trainer starts another runner.
 
@@ -137,6 +138,10 @@ def _set_limits(limits: dict, extra_processes: int) -> None:
         (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
         (resource.RLIMIT_FSIZE, (limits["max_file_bytes"],) * 2),
         (resource.RLIMIT_CORE, (0, 0)),
+        # Whatever the trainer had: no page locked out of reclaim, no real-time or raised scheduling priority.
+        (resource.RLIMIT_MEMLOCK, (0, 0)),
+        (resource.RLIMIT_RTPRIO, (0, 0)),
+        (resource.RLIMIT_NICE, (0, 0)),
     ):
         resource.setrlimit(name, value)
 
@@ -148,17 +153,14 @@ def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state
     stdin_fd, out_w, err_w, failed_w = fds
     try:
         os.setsid()
+        _first_oom_victim(state["proc"])
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.closerange(3, failed_w)
         os.closerange(failed_w + 1, 1 << 16)
         os.chdir(workdir)
-        # Its own IPC namespace: SysV shared memory, semaphores and POSIX message queues it creates die with its
-        # last process instead of outliving the test outside any memory limit.
-        ipc = _libc.unshare(CLONE_NEWIPC)
-        if state["mode"] == "namespaces":
-            _check(ipc, "unshare(CLONE_NEWIPC)")
+        private_ipc = _own_namespaces(state["mode"] == "namespaces")
         if state["mode"] == "namespaces" or os.geteuid() == 0:
             if state["mode"] != "namespaces" or state["root"]:
                 os.setgroups([])
@@ -170,7 +172,7 @@ def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state
         join_fresh_session_keyring()
         if state["landlock"]:  # the fallback: no mount namespace, so Landlock decides what it may open
             _landlock.restrict(state["landlock"], state["readable"], [f"/dev/{d}" for d in DEVICES], workdir)
-        state["filter"].install()  # last: it refuses keyctl, setsid, unshare, ...
+        state["filters"][private_ipc].install()  # last: it refuses keyctl, setsid, unshare, ...
         env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         python = job["python"]
         os.execve(python, [python, *job["python_args"], "main.py"], env)
@@ -179,6 +181,32 @@ def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state
             os.write(failed_w, f"sandbox: cannot start the program: {exc!r}".encode()[:4096])
         finally:
             os._exit(126)
+
+
+def _first_oom_victim(proc_fd: int) -> None:
+    """oom_score_adj 1000 for the calling process (and what it starts): under memory pressure the kernel kills a
+    program before anything else, never the trainer for a program's memory. Written through the host's /proc
+    (`proc_fd`) while the process may still write its own entry there (dumpable, not yet its program's uid); in
+    the fallback it is root then, so 1000 is also the least it may set later. With namespaces a program has no
+    /proc to change it in."""
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # R is not dumpable; its /proc entries would be root's
+    fd = os.open("self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+    try:
+        os.write(fd, b"1000")
+    finally:
+        os.close(fd)
+
+
+def _own_namespaces(required: bool) -> bool:
+    """Give the calling process network and IPC namespaces of its own (`required`: else raise); whether it has an
+    IPC one. Abstract Unix socket names, ports, SysV objects and POSIX message queues then belong to this program
+    alone and die with it: none is there for the next program of the runner, even one kept in flight past its
+    program's end by an SCM_RIGHTS cycle. Without namespaces (the fallback), each where the kernel allows it."""
+    if _libc.unshare(CLONE_NEWIPC | CLONE_NEWNET) == 0:
+        return True
+    if required:
+        _check(-1, "unshare(CLONE_NEWIPC | CLONE_NEWNET)")
+    return _libc.unshare(CLONE_NEWIPC) == 0
 
 
 def _kill_all(state: dict, pgid: int) -> None:
@@ -216,9 +244,11 @@ def _kill_uid(uid: int) -> None:
 
 
 def _reap(pid: int, block_s: float, state: dict) -> tuple[int | None, float]:
-    """The wait status of `pid` and its CPU seconds (its own and its reaped children's), after reaping every other
-    child too (killed again while any is left, until `block_s`): R's children are the program and the orphans of
-    its namespace (or, in the fallback, of its subreaper B), and none may outlive the test."""
+    """The wait status of `pid`, and the CPU seconds of every process the program started, after reaping every
+    other child too (killed again while any is left, until `block_s`): R's children are the program and the
+    orphans of its namespace (or, in the fallback, of its subreaper B), and none may outlive the test. Each reaped
+    process's usage includes that of the children it reaped itself; the others come back to R (or B) as orphans
+    and are reaped here, so the sum counts every process once, waited for by the program or not."""
     status, cpu = None, 0.0
     deadline = time.monotonic() + block_s
     while True:
@@ -226,8 +256,10 @@ def _reap(pid: int, block_s: float, state: dict) -> tuple[int | None, float]:
             done, code, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return status, cpu
+        if done:
+            cpu += usage.ru_utime + usage.ru_stime
         if done == pid:
-            status, cpu = code, usage.ru_utime + usage.ru_stime
+            status = code
         if done == 0:
             if time.monotonic() > deadline:
                 return status, cpu
@@ -349,6 +381,7 @@ def _serve(stdin, out, state: dict) -> None:
     own, it answers `retire` and exits, so that the trainer replaces it instead of sending it more jobs."""
     info = {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}
     info |= {"program_uid": state["program_uid"], "landlock": state["landlock"], "cgroup": state["cgroup"]}
+    info |= {"memory_cgroup": state["memory_cgroup"]}
     _send(out, ("ready", info))
     start_up = _own_settings()
     while True:
@@ -383,14 +416,20 @@ def main() -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() == 1:
             os._exit(0)
-    cgroup = config["cgroup"]
-    if cgroup is not None:
+    cgroups = dict(config["cgroups"])
+    for path in sorted({path for path in cgroups.values() if path is not None}):
         try:
-            _cgroup.join(cgroup)  # before anything forks: R and every program start in it
+            _cgroup.join(path)  # before anything forks: R and every program start in it
         except OSError:
-            cgroup = None
+            cgroups = {controller: None if p == path else p for controller, p in cgroups.items()}
     root, uid = os.geteuid() == 0, os.geteuid()
-    state = {"cgroup": cgroup, "mode": "fallback", "root": root, "extra_processes": 0}
+    state = {"cgroup": cgroups["cpu"], "memory_cgroup": cgroups["memory"], "mode": "fallback", "root": root}
+    state["extra_processes"] = 0
+    try:  # the host's /proc, kept open for each program to set its own oom_score_adj (R's root has no /proc)
+        state["proc"] = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        _send(out, ("unavailable", f"no /proc: {exc}", "isolation"))
+        return
     state["work_root"] = config["fallback_dir"]
     state |= {"program_id": PROGRAM_ID, "program_uid": program_id_outside(os.getpid()) if root else uid}
     state |= {"landlock": 0, "readable": [f"/{name}" for name in ROOT_FOLDERS] + config["expose"]}
@@ -408,8 +447,9 @@ def main() -> None:
         state["program_id"] = state["program_uid"]  # no user namespace: this runner's own uid, as is
         state["landlock"] = _landlock.abi_version()
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a program come back to B, to be reaped
-    try:
-        state["filter"] = ProgramFilter(namespaces=state["mode"] == "namespaces")
+    try:  # by whether the program has an IPC namespace of its own (always, with namespaces)
+        namespaces, accounted = state["mode"] == "namespaces", state["memory_cgroup"] is not None
+        state["filters"] = {ipc: ProgramFilter(namespaces, accounted, private_ipc=ipc) for ipc in (True, False)}
     except OSError as exc:
         _send(out, ("unavailable", str(exc), "isolation"))
         return

@@ -47,10 +47,14 @@ class _Runner:
     """One runner process (see `rewards.code._runner`), talking over its stdin/stdout."""
 
     def __init__(self, config: dict) -> None:
-        # A CPU cgroup of its own where the machine allows it (see rewards.code._cgroup); the runner joins it.
-        self.cgroup = _cgroup.runner_cgroup(f"{_cgroup.PREFIX}{os.getpid()}-{next(_cgroup_names)}")
+        # A CPU and a memory cgroup of its own where the machine allows them (rewards.code._cgroup); it joins them.
+        name = f"{_cgroup.PREFIX}{os.getpid()}-{next(_cgroup_names)}"
+        no_cgroups = config["no_cgroup"]
+        self.cgroups = (
+            dict.fromkeys(_cgroup.CONTROLLERS) if no_cgroups else _cgroup.runner_cgroups(name, config["memory_bytes"])
+        )
         config = {**config, "die_with_parent": threading.current_thread() is threading.main_thread()}
-        config["cgroup"] = self.cgroup
+        config["cgroups"] = self.cgroups
         self.process = subprocess.Popen(
             [sys.executable, "-I", "-c", _BOOT, pickle.dumps(config).hex(), _PACKAGE_ROOT],
             stdin=subprocess.PIPE,
@@ -144,8 +148,8 @@ class _Runner:
             wait_readable(r_pidfds, 10)  # a pidfd turns readable when its process has exited
         for fd in r_pidfds:
             os.close(fd)
-        if self.cgroup is not None:
-            _cgroup.remove(self.cgroup)
+        for path in {path for path in self.cgroups.values() if path is not None}:
+            _cgroup.remove(path)
 
 
 def _child_pidfds(pid: int) -> list[int]:

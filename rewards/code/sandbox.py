@@ -3,16 +3,18 @@
 What a program gets (docs/code-rewards.md has the full list of guarantees and non-guarantees):
 - its own session and process group, uid/gid 65534 inside (outside, a root trainer's runner's own uid) with no
   capabilities and `no_new_privs` (never root, even when the trainer is root: the kernel does not apply the process
-  limit to root), a fresh session keyring, and a seccomp filter (`rewards.code._seccomp`) refusing what namespaces
-  do not isolate: keyrings, non-namespaced socket families (vsock, ...), io_uring, setsid, new namespaces;
-- a network namespace of its own runner with no interface up (no network, not even 127.0.0.1 of the host), a pid
-  namespace (it cannot see or signal any process outside it; everything it starts dies with the test), an IPC
-  namespace of its own, and a mount namespace whose root is minimal and read-only (/usr, /lib*, /etc, the
-  interpreter, a few devices: no folder of the host where others create files or sockets, no repository);
+  limit to root), a fresh session keyring, `oom_score_adj` 1000, and a seccomp filter (`rewards.code._seccomp`)
+  refusing what namespaces do not isolate: keyrings, non-namespaced socket families (vsock, ...), io_uring,
+  setsid, new namespaces, file locks, `sync`;
+- network and IPC namespaces of its own (no interface up: no network, not even 127.0.0.1 of the host; no socket
+  name, port or SysV object of another program), its runner's pid namespace (it cannot see or signal any process
+  outside it; everything it starts dies with the test) and mount namespace, whose root is minimal and read-only
+  (/usr, /lib*, /etc, the interpreter, a few devices: no folder of the host where others create files or sockets,
+  no repository);
 - a fresh working folder on a private tmpfs of `max_files` inodes (deleted after the test), an empty environment
-  (PATH, HOME, LANG only), stdin from the test; a CPU cgroup per runner where the machine allows one;
-- limits: CPU seconds (`timeout`), wall seconds (twice that), address space, processes/threads, open files, file
-  size, files, output.
+  (PATH, HOME, LANG only), stdin from the test; a CPU and a memory cgroup per runner where the machine allows them;
+- limits: CPU seconds of all its processes (`timeout`), wall seconds (twice that), address space (and memory in
+  all, with a memory cgroup), processes/threads, open files, file size, files, output.
 
 Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
 and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
@@ -36,6 +38,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from rewards.code._cgroup import RUNNER_MEMORY_MB
 from rewards.code._filesystem import remove_tree
 from rewards.code._runner_client import NamespacesUnavailable, SandboxUnavailable, _Runner
 
@@ -50,10 +53,12 @@ MAX_FILES = 100_000  # the most files `max_files` may allow (each costs ~1 KiB o
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-program limits. `timeout`: CPU seconds of the program (its own and its waited-for children's), so that a
+    """Per-program limits. `timeout`: CPU seconds of the program (all its processes, waited for or not), so that a
     neighbour taking the CPU makes it slower, not wrong; `wall_timeout` None: `2 * timeout`, the wall-clock limit
     (programs that sleep or block); `cpu_seconds` None: `ceil(timeout)`, the RLIMIT_CPU of each of its processes
-    (SIGXCPU, then SIGKILL a second later); `max_files`: files and folders it may create (tmpfs inodes)."""
+    (SIGXCPU, then SIGKILL a second later); `memory_mb`: the address space of each process and, where the runner
+    has a memory cgroup, all of them together (plus /tmp and the runner's 64 MiB); `max_files`: files and folders
+    it may create (tmpfs inodes)."""
 
     timeout: float = 5.0
     memory_mb: int = 512
@@ -83,7 +88,7 @@ class SandboxLimits:
 class RunResult:
     """What one program did: `status` is ok (exit 0), crash (non-zero exit or signal), timeout (CPU or wall time),
     output_limit (printed more than allowed) or sandbox_error (the sandbox failed, not the program). `cpu_s`: the
-    CPU seconds of its main process and the children it waited for."""
+    CPU seconds of all its processes (each reaped one's usage: waited for by the program or not)."""
 
     status: str
     exit_code: int | None
@@ -157,15 +162,20 @@ class Sandbox:
         self.python_args = list(python_args)
         self.fallback_dir = tempfile.mkdtemp(prefix="drgrpo-sandbox-")
         os.chmod(self.fallback_dir, 0o711)  # programs (uid 65534) reach their own folder in it, nothing else
+        tmpfs_mb = max(64, (self.limits.max_file_bytes * 4) >> 20)
         self.config = {
             "allow_fallback": allow_network_fallback,
             # The minimal root binds these (besides /usr, /lib*, /etc): the runner's own Python and the programs'.
             "expose": [*expose, *installation_folders(self.python)],
             # /tmp: its bytes, and its files (the work folder, main.py and the tmpfs's root are 3 inodes more).
-            "tmpfs": f"size={max(64, (self.limits.max_file_bytes * 4) >> 20)}m,nr_inodes={self.limits.max_files + 3}",
+            "tmpfs": f"size={tmpfs_mb}m,nr_inodes={self.limits.max_files + 3}",
             "fallback_dir": self.fallback_dir,
             # Simulate a kernel without namespaces (tests, and checking a fallback set-up before relying on it).
             "no_namespaces": os.environ.get("DRGRPO_SANDBOX_NO_NAMESPACES") == "1",
+            # Simulate a machine without writable cgroups (tests of the modes without).
+            "no_cgroup": os.environ.get("DRGRPO_SANDBOX_NO_CGROUP") == "1",
+            # A runner's memory cgroup: one program's memory in all, its /tmp, and the runner's own share.
+            "memory_bytes": (self.limits.memory_mb + tmpfs_mb + RUNNER_MEMORY_MB) << 20,
         }
         self.runners: list[_Runner] = []
         self.mode: str | None = None

@@ -30,19 +30,25 @@ class CodeRewardArguments:
     code_timeout: float = field(
         default=5.0,
         metadata={
-            "help": "CPU seconds per test case (of the program's main process and the children it waits for), so "
-            "that other completions' programs taking the CPU make it slower, not wrong; the wall-clock limit is "
-            "twice this. Past either the program's processes are killed and the test fails (rewards/code/timeouts)."
+            "help": "CPU seconds per test case (of every process the program starts, waited for or not), so that "
+            "other completions' programs taking the CPU make it slower, not wrong; the wall-clock limit is twice "
+            "this. Past either the program's processes are killed and the test fails (rewards/code/timeouts)."
         },
     )
     code_memory_mb: int = field(
-        default=512, metadata={"help": "Address-space limit of each process of a program, in MiB."}
+        default=512,
+        metadata={
+            "help": "Address-space limit of each process of a program, in MiB; where the sandbox's runners get a "
+            "memory cgroup, also the memory of all its processes together (memfds and shared memory included; its "
+            "/tmp and 64 MiB for the runner on top)."
+        },
     )
     code_max_processes: int = field(
         default=16,
         metadata={
             "help": "Processes and threads a program may have at once (the program included). Worst-case memory "
-            "of the sandbox is code_num_workers x code_max_processes x code_memory_mb."
+            "of the sandbox is code_num_workers x code_max_processes x code_memory_mb without a memory cgroup "
+            "(docs/code-rewards.md)."
         },
     )
     code_max_open_files: int = field(default=64, metadata={"help": "Open file descriptors per process."})
