@@ -1,25 +1,33 @@
 """`make bias-real`'s parts: the importance-weighted length change by hand, the mechanism on the tiny model (weights
-restored, numbers finite), the report's per-seed records and goals, the expected time, and the load sampler."""
+restored, numbers finite, resumed to the same numbers), the paired difference, the report's per-seed records and
+goals, the expected time, the load sampler, and the time budget (a run stopped by its deadline resumes; wall time
+adds up over commands)."""
 
 from __future__ import annotations
 
 import json
 import math
 import time
+from dataclasses import asdict
 
 import pytest
 
+from drgrpo.core.errors import RecipeError
 from drgrpo.experiments.bias.chat_mechanism import (
+    COUNTS,
     ChatMechanismSettings,
     importance_weighted_mean,
     length_change,
     pooled_change,
+    read_batches,
     run_chat_mechanism,
+    summarise,
 )
 from drgrpo.experiments.bias.real_experiment import RealBiasSettings, expected_seconds, mechanism_prompts
 from drgrpo.experiments.bias.real_report import accuracy_gaps, markdown, seed_records
+from drgrpo.experiments.budget import Deadline, DeadlineCallback, OutOfTime
 from drgrpo.experiments.comparison import tokens_per_correct
-from drgrpo.experiments.load import LoadSampler
+from drgrpo.experiments.load import LoadSampler, add_segment, segments_total
 
 
 def test_importance_weighted_mean_by_hand():
@@ -106,22 +114,154 @@ def test_mechanism_prompts_have_one_token_length(tmp_path, tiny_model_path):
     assert len({len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts}) == 1
 
 
-def test_chat_mechanism_on_the_tiny_model(tiny_model_path):
-    """Two batches on the tiny model (plain prompts `ab+cd=`): the counts add up, the keys are the report's, and a
-    second run with the same seed gives the same numbers (each update starts from the restored weights)."""
-    prompts = [f"{a}+{b}=" for a in range(10, 20) for b in range(10, 20)]
-    golds = [str(int(p[:2]) + int(p[3:5])) for p in prompts]
-    settings = ChatMechanismSettings(num_batches=2, prompts_per_batch=2, group_size=4, max_completion_length=8,
-                                     temperature=1.0, micro_batch=4)  # fmt: skip
-    result = run_chat_mechanism(str(tiny_model_path), prompts, golds, settings)
-    counts = result["details"]["completions"]
+class ScriptedDeadline(Deadline):
+    """A deadline whose `remaining()` answers from a script (the last answer repeats): a stop at a chosen point."""
+
+    def __init__(self, *answers: float) -> None:
+        super().__init__(seconds=1.0)
+        self.answers = list(answers)
+
+    def remaining(self) -> float:
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+TINY_PROMPTS = [f"{a}+{b}=" for a in range(10, 20) for b in range(10, 20)]
+TINY_GOLDS = [str(int(p[:2]) + int(p[3:5])) for p in TINY_PROMPTS]
+TINY_MECHANISM = ChatMechanismSettings(num_batches=2, prompts_per_batch=2, group_size=4, max_completion_length=8,
+                                       temperature=1.0, micro_batch=4)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_chat_mechanism_on_the_tiny_model_resumes_to_the_same_numbers(tiny_model_path, tmp_path):
+    """Two batches on the tiny model (plain prompts `ab+cd=`): the counts add up and the keys are the report's; a run
+    stopped by its deadline after one batch keeps it, and the rerun finishes with the same numbers as one
+    uninterrupted run (each batch has its own seed; each update starts from the restored weights)."""
+    whole = run_chat_mechanism(str(tiny_model_path), TINY_PROMPTS, TINY_GOLDS, TINY_MECHANISM)
+    counts = whole["details"]["completions"]
     assert counts["probe_wrong"] + counts["probe_right"] == 2 * 2 * 4
     assert counts["update_wrong"] + counts["update_right"] == 2 * 2 * 4
-    assert set(result) == {"grpo", "dr_grpo", "details"}
+    assert set(whole) == {"grpo", "dr_grpo", "details"} and whole["details"]["batches_measured"] == 2
     for name in ("grpo", "dr_grpo"):
-        assert set(result[name]) == {"tail_change_negative", "tail_change_negative_se", "tail_change_positive",
-                                     "tail_change_positive_se"}  # fmt: skip
-        assert result["details"]["mean_abs_log_ratio"][name] >= 0
-    json.dumps(result)
-    again = run_chat_mechanism(str(tiny_model_path), prompts, golds, settings)
-    assert again["details"]["per_batch"] == result["details"]["per_batch"]
+        assert set(whole[name]) == {"tail_change_negative", "tail_change_negative_se", "tail_change_positive",
+                                    "tail_change_positive_se"}  # fmt: skip
+        assert whole["details"]["mean_abs_log_ratio"][name] >= 0
+    json.dumps(whole)
+
+    batches = tmp_path / "batches.jsonl"
+    with pytest.raises(OutOfTime, match="1 of 2 batches kept"):  # time for the first batch, none for the second
+        run_chat_mechanism(str(tiny_model_path), TINY_PROMPTS, TINY_GOLDS, TINY_MECHANISM, batches,
+                           ScriptedDeadline(math.inf, -1.0))  # fmt: skip
+    assert len(batches.read_text().splitlines()) == 1
+    resumed = run_chat_mechanism(str(tiny_model_path), TINY_PROMPTS, TINY_GOLDS, TINY_MECHANISM, batches)
+    assert resumed["details"]["per_batch"] == whole["details"]["per_batch"]
+    assert resumed["details"]["completions"] == whole["details"]["completions"]
+    assert len(batches.read_text().splitlines()) == 2
+
+
+def test_kept_mechanism_batches_must_share_the_settings(tmp_path):
+    """A batch file measured with another step size is refused in one line naming the file; a line cut by a kill is
+    measured again; more batches than were kept is allowed (the number is not part of the check)."""
+    settings = ChatMechanismSettings(num_batches=3)
+    record = {"batch": 0, "settings": {k: v for k, v in asdict(settings).items() if k != "num_batches"}}
+    path = tmp_path / "batches.jsonl"
+    path.write_text(json.dumps(record) + "\n" + '{"batch": 1, "sett')
+    assert list(read_batches(path, ChatMechanismSettings(num_batches=24))) == [0]
+    with pytest.raises(RecipeError, match=r"batches\.jsonl holds mechanism batches measured with other settings"):
+        read_batches(path, ChatMechanismSettings(step_norm=0.5))
+    assert read_batches(tmp_path / "missing.jsonl", settings) == {}
+
+
+def test_paired_difference_and_totals_over_batch_records():
+    """`summarise` by hand: two batches, GRPO and Dr.GRPO changes per side; the paired difference is taken batch by
+    batch, a side without answers (None) is left out, the load is weighted by each batch's seconds."""
+
+    def record(grpo, dr, seconds, load):
+        changes = {"grpo": {"negative": grpo, "positive": None}, "dr_grpo": {"negative": dr, "positive": None}}
+        return {"changes": changes,
+                "counts": dict.fromkeys(COUNTS, 1), "probe_lengths": {"negative": [10, 20], "positive": []},
+                "mean_abs_log_ratio": {"grpo": 0.1, "dr_grpo": 0.3}, "seconds": seconds, "load": load}  # fmt: skip
+
+    result = summarise([record(1.0, 0.0, 10.0, 2.0), record(3.0, 0.5, 30.0, 4.0)], ChatMechanismSettings())
+    assert result["grpo"]["tail_change_negative"] == pytest.approx(2.0)
+    assert result["grpo"]["tail_change_negative_se"] == pytest.approx(1.0)  # std sqrt(2) / sqrt(2)
+    paired = result["details"]["grpo_minus_dr_grpo"]
+    assert paired["tail_change_negative"] == pytest.approx((1.0 + 2.5) / 2)
+    assert paired["tail_change_negative_se"] == pytest.approx(0.75)  # differences 1.0, 2.5: std 1.06 / sqrt(2)
+    assert math.isnan(paired["tail_change_positive"]) and result["details"]["batches"]["positive"] == 0
+    assert result["details"]["load"] == pytest.approx(3.5) and result["details"]["seconds"] == 40.0
+    assert result["details"]["probe_length_wrong"] == 15.0 and result["details"]["completions"]["truncated"] == 2
+
+
+def test_deadline_callback_stops_only_when_the_next_step_would_not_fit():
+    """The trainer is stopped, with a checkpoint, after a step when less time is left than that step took; not when
+    enough is left, and not after the last step (the run is done)."""
+    from transformers import TrainerControl, TrainerState
+
+    state, args = TrainerState(global_step=3, max_steps=10), None
+    roomy = DeadlineCallback(ScriptedDeadline(math.inf))
+    roomy.on_train_begin(args, state, TrainerControl())
+    assert not roomy.on_step_end(args, state, TrainerControl()).should_training_stop
+    tight = DeadlineCallback(ScriptedDeadline(-1.0))
+    tight.on_train_begin(args, state, TrainerControl())
+    control = tight.on_step_end(args, state, TrainerControl())
+    assert control.should_training_stop and control.should_save
+    last = tight.on_step_end(args, TrainerState(global_step=10, max_steps=10), TrainerControl())
+    assert not last.should_training_stop and not last.should_save
+    with pytest.raises(OutOfTime, match="spent before the next thing"):
+        Deadline(0.0).check("the next thing")
+    Deadline(None).check("anything")  # no limit
+
+
+def test_wall_time_adds_up_over_commands(tmp_path):
+    path = tmp_path / "wall_time.json"
+    assert segments_total(path) == (0, None)
+    add_segment(path, 100.0, 2.0)
+    add_segment(path, 300.0, 6.0)
+    add_segment(path, 5.0, None)
+    assert segments_total(path) == (405.0, 5.0)  # (100 x 2 + 300 x 6) / 400
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_its_deadline_resumes_and_counts_both_commands(tiny_model_path, addition_data, tmp_path):
+    """A comparison run stopped by its deadline after step 1 of 2 raises `OutOfTime` with a checkpoint saved and no
+    evaluation; the same call without a deadline resumes it at step 2, evaluates it, and its training time is the
+    sum of both commands'."""
+    from drgrpo.core.checkpoints import find_resumable_checkpoint
+    from drgrpo.experiments.comparison import RUN_ROW, RUN_WALL_TIME, CompareSettings, StartingPoint, compare_one
+
+    overrides = ("--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
+                 "--save_strategy", "steps", "--save_steps", "100")  # fmt: skip
+    begin = StartingPoint(str(tiny_model_path), addition_data["train"], addition_data["test"], "plain")
+    run = tmp_path / "tiny_grpo"
+
+    def settings(deadline):
+        return CompareSettings(task="tiny", output_dir=str(tmp_path), overrides=overrides, resume=True,
+                               deadline=deadline)  # fmt: skip
+
+    with pytest.raises(OutOfTime, match="stopped at step 1 of 2"):
+        compare_one("recipes/tiny_grpo.yaml", settings(ScriptedDeadline(math.inf, -1.0)), begin)
+    assert find_resumable_checkpoint(run).name == "checkpoint-1"  # saved although save_steps is 100
+    assert not (run / RUN_ROW).exists() and not (tmp_path / "eval").exists()
+    row, history = compare_one("recipes/tiny_grpo.yaml", settings(None), begin)
+    assert [h["step"] for h in history if "loss" in h] == [1, 2]
+    segments = json.loads((run / RUN_WALL_TIME).read_text())
+    assert len(segments) == 2 and row["train_seconds"] == pytest.approx(sum(s["seconds"] for s in segments))
+    assert row["eval_problems"] == 50 and (run / RUN_ROW).is_file()
+
+
+def test_a_finished_run_is_kept_when_resuming(tmp_path):
+    """`make bias-real` rerun after an interruption: a run with its `row.json` is read back, not trained again, and its
+    per-step curves come back with integer steps."""
+    from drgrpo.experiments.comparison import RUN_ROW, CompareSettings, StartingPoint, compare_one
+
+    settings = CompareSettings(task="smollm2-long", output_dir=str(tmp_path))
+    assert settings.resume and settings.truncated_as_wrong  # the long task's defaults
+    recipe = settings.recipes[0]
+    saved = tmp_path / "smollm2_135m_long_grpo" / RUN_ROW
+    saved.parent.mkdir(parents=True)
+    row = {"run": "GRPO", "per_step": {"pass_rate": {1: 0.5, 2: 0.75}}}
+    saved.write_text(json.dumps({"row": row, "history": [{"step": 1}]}))
+    begin = StartingPoint("no-such-model", tmp_path / "train.jsonl", tmp_path / "test.jsonl", "chat")
+    kept, history = compare_one(recipe, settings, begin)
+    assert kept["per_step"]["pass_rate"] == {1: 0.5, 2: 0.75} and history == [{"step": 1}]
+    assert not CompareSettings(task="smollm2").resume  # the quick comparison retrains both runs each time

@@ -11,7 +11,9 @@ come out, and one seed is one sample.
 
 With `resume` (the long task's default) a run that finished is kept (its `row.json`), one that was killed continues
 from its newest checkpoint, and an evaluation from its saved samples, so that an interrupted comparison loses at most
-the steps since the last checkpoint.
+the steps since the last checkpoint. With a `deadline` (drgrpo/experiments/budget.py) a run stops at the first step
+past it with a checkpoint saved, and no evaluation starts past it (`OutOfTime`); a run's wall time and load add up
+over the commands it took (`wall_time.json`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drgrpo.observe import metric_names as d
 from drgrpo.observe.plotting import metric_series, plot_runs
+
+if TYPE_CHECKING:
+    from drgrpo.experiments.budget import Deadline
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +47,7 @@ TITLES = {
     "tiny": "the tiny addition task",
 }
 RUN_ROW = "row.json"  # a finished run's summary row and curves, written after its evaluation
+RUN_WALL_TIME = "wall_time.json"  # one (seconds, load) segment per command that trained the run
 
 
 @dataclass
@@ -59,6 +66,9 @@ class CompareSettings:
     num_test: int = 200  # smollm2 tasks: held-out problems
     baseline_dir: str | None = None  # the starting model's held-out evaluation (default output_dir/eval/start)
     resume: bool | None = None  # keep finished runs, continue killed ones (None: on for smollm2-long only)
+    # Held-out: a sample cut at the budget counts wrong, as training scores it (None: on for smollm2-long only).
+    truncated_as_wrong: bool | None = None
+    deadline: Deadline | None = None  # stop at the first safe point past it (drgrpo/experiments/budget.py)
 
     def __post_init__(self) -> None:
         if self.task not in RECIPES:
@@ -66,6 +76,8 @@ class CompareSettings:
         self.recipes = tuple(self.recipes) or RECIPES[self.task]
         if self.resume is None:
             self.resume = self.task == "smollm2-long"
+        if self.truncated_as_wrong is None:
+            self.truncated_as_wrong = self.task == "smollm2-long"
 
 
 @dataclass(frozen=True)
@@ -112,10 +124,16 @@ def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path,
 
 
 def held_out_evaluation(
-    model, test_file: Path, output_dir: Path, max_new_tokens: int, prompt_template: str, resume: bool = False
+    model,
+    test_file: Path,
+    output_dir: Path,
+    max_new_tokens: int,
+    prompt_template: str,
+    resume: bool = False,
+    truncated_as_wrong: bool = False,
 ) -> dict:
     """Greedy held-out evaluation by the project's evaluator, prompted as in training (continued from its saved
-    samples with `resume`)."""
+    samples with `resume`; a sample cut at `max_new_tokens` counted wrong with `truncated_as_wrong`)."""
     from drgrpo.evaluation import evaluate
 
     return evaluate(
@@ -129,6 +147,7 @@ def held_out_evaluation(
         max_new_tokens=max_new_tokens,
         output_dir=str(output_dir),
         overwrite=not resume,  # runs retrained from scratch must not resume from an earlier comparison's samples
+        truncated_as_wrong=truncated_as_wrong,
         progress=prompt_template != "plain",  # a bar for the real model's minutes, none for the tiny one's seconds
     )
 
@@ -295,8 +314,16 @@ def run_comparison(settings: CompareSettings) -> dict:
     for recipe in settings.recipes:
         row, history = compare_one(recipe, settings, begin)
         if baseline is None:
+            if settings.deadline is not None:
+                settings.deadline.check("the starting model's held-out evaluation")
             baseline = held_out_evaluation(
-                begin.model, begin.test_file, baseline_dir, row["budget"], begin.prompt_template, settings.resume
+                begin.model,
+                begin.test_file,
+                baseline_dir,
+                row["budget"],
+                begin.prompt_template,
+                settings.resume,
+                settings.truncated_as_wrong,
             )
         rows.append(row)
         histories[row["run"]] = history
@@ -315,7 +342,8 @@ def run_comparison(settings: CompareSettings) -> dict:
 def compare_one(recipe: str, settings: CompareSettings, begin: StartingPoint) -> tuple[dict, list]:
     """Train one recipe from the starting point and evaluate it: (summary row, log history). With `resume`, a run whose
     `row.json` exists is read back instead, and an unfinished one continues from its newest checkpoint."""
-    from drgrpo.experiments.load import LoadSampler
+    from drgrpo.experiments.budget import Deadline, DeadlineCallback, OutOfTime
+    from drgrpo.experiments.load import LoadSampler, add_segment, segments_total
     from drgrpo.recipe.cli import parse_recipe
     from drgrpo.run.training import train
 
@@ -336,17 +364,32 @@ def compare_one(recipe: str, settings: CompareSettings, begin: StartingPoint) ->
         overrides += ["--save_strategy", "no", "--overwrite_output_dir", "true"]
     script_args, training_args, model_args = parse_recipe([recipe, *overrides, *settings.overrides])
     label = "Dr.GRPO" if training_args.dr_grpo else "GRPO"
+    deadline = settings.deadline or Deadline()
+    deadline.check(f"training {out / name}")
+    wall_time = out / name / RUN_WALL_TIME
+    if not settings.resume:
+        wall_time.unlink(missing_ok=True)
     run_start = time.perf_counter()
     with LoadSampler() as load:
-        trainer = train(script_args, training_args, model_args)
-    train_seconds = time.perf_counter() - run_start
-    history = trainer.state.log_history
+        trainer = train(script_args, training_args, model_args, callbacks=[DeadlineCallback(deadline)])
+    add_segment(wall_time, time.perf_counter() - run_start, load.mean)
+    history, reached = trainer.state.log_history, trainer.state.global_step
     budget = training_args.max_completion_length
     del trainer
+    if reached < training_args.max_steps:
+        raise OutOfTime(f"{out / name} stopped at step {reached} of {training_args.max_steps} (checkpoint saved)")
+    deadline.check(f"the held-out evaluation of {out / name}")
     evaluation = held_out_evaluation(
-        out / name, begin.test_file, out / "eval" / name, budget, begin.prompt_template, settings.resume
+        out / name,
+        begin.test_file,
+        out / "eval" / name,
+        budget,
+        begin.prompt_template,
+        settings.resume,
+        settings.truncated_as_wrong,
     )
     row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
-    row.update(train_seconds=round(train_seconds, 1), train_load=load.mean, budget=budget, per_step=per_step(history))
+    train_seconds, train_load = segments_total(wall_time)
+    row.update(train_seconds=train_seconds, train_load=train_load, budget=budget, per_step=per_step(history))
     saved.write_text(json.dumps({"row": row, "history": history}, indent=1) + "\n")
     return row, history

@@ -21,22 +21,34 @@ Weighting within one prompt removes a change of *which* prompts are wrong; the p
 update's direct pull on its own samples. What remains is what the end-to-end runs track: whether one update makes the
 policy's wrong answers longer and its right ones shorter. Expected from the paper (section 3.1): GRPO lengthens the
 wrong and shortens the right; Dr.GRPO, whose expected update is the policy gradient itself, moves neither by design
-(a length change only follows where length changes the reward).
+(a length change only follows where length changes the reward). Both algorithms' updates are scored on the same probe
+answers, so their per-batch difference (GRPO minus Dr.GRPO) is also reported with its standard error: the probe's
+sampling noise, shared by the two, partly cancels in it.
+
+Each batch is drawn from its own seed (`settings.seed`, batch index) and kept as one line of a JSON-lines file as it
+finishes, so a long measurement can be split over several commands (a `Deadline`, drgrpo/experiments/budget.py) and
+continued, or extended by more batches, with the same numbers as one uninterrupted run.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
 from drgrpo.algorithm.advantages import group_advantages
+from drgrpo.core.errors import RecipeError
+from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.experiments.bias.loss_weights import token_weights
 from drgrpo.experiments.bias.mechanism import ALGORITHMS, mean_and_standard_error, sample_groups
+from drgrpo.experiments.budget import Deadline, OutOfTime
+from drgrpo.experiments.load import load_average
 from rewards.grading import grade_batch
 
 logger = logging.getLogger(__name__)
@@ -46,12 +58,14 @@ logger = logging.getLogger(__name__)
 class ChatMechanismSettings:
     """How many fixed batches, of what shape, sampled how, and how far each update moves the weights."""
 
-    num_batches: int = 30
+    num_batches: int = 24
     prompts_per_batch: int = 4
     group_size: int = 8
     max_completion_length: int = 128
     temperature: float = 0.7
-    step_norm: float = 0.02
+    # About 0.1 nats of mean |log-ratio| per probe answer on SmolLM2 (a pilot at 0.02 gave 0.65-0.84: importance
+    # weights spread over e^+-0.8, outside the first-order regime the mechanism is about).
+    step_norm: float = 0.0025
     micro_batch: int = 8
     seed: int = 0
 
@@ -127,58 +141,53 @@ def apply_step(params, grads, step_norm: float) -> None:
             p.sub_(step_norm * g / norm)
 
 
-def run_chat_mechanism(model_path: str, prompts: Sequence[str], golds: Sequence[str], settings) -> dict:
-    """The fixed-batch experiment on the chat model in `model_path`; `prompts` are rendered prompt texts (chat template
-    applied) of one token length, `golds` their answers.
+SIDES = {"negative": False, "positive": True}  # A < 0: the wrong answers; A > 0: the right ones
+COUNTS = ("update_wrong", "update_right", "probe_wrong", "probe_right", "truncated", "groups_flat")
 
-    Returns `{algorithm: {tail_change_negative, ..._se, tail_change_positive, ..._se}}` (the names the tiny
-    experiment's report reads: here the change of the mean length of fresh wrong, A < 0, and right, A > 0, answers, in
-    tokens per update), plus `details` (counts, lengths, mean |log-ratio| per algorithm, settings, seconds)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.manual_seed(settings.seed)
-    rng = random.Random(settings.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    model.eval()  # no dropout; gradients still flow
-    start_weights = {k: v.clone() for k, v in model.state_dict().items()}
-    G, C = settings.group_size, settings.max_completion_length
-    changes = {name: {"negative": [], "positive": []} for name in ALGORITHMS}
-    ratio_sizes = {name: [] for name in ALGORITHMS}
-    kinds = ("update_wrong", "update_right", "probe_wrong", "probe_right", "truncated", "groups_flat")
-    counts = dict.fromkeys(kinds, 0)
-    lengths_seen = {"wrong": [], "right": []}
+def measure_batch(model, tokenizer, prompts, golds, settings: ChatMechanismSettings, index: int, start_weights):
+    """Batch `index`: sample, grade, one update per algorithm from `start_weights` (restored after each), and the
+    importance-weighted change of the probe's wrong / right answer lengths. A JSON-able record (`summarise`)."""
     begin = time.perf_counter()
-    indices = list(range(len(prompts)))
-    for batch_index in range(settings.num_batches):
-        chosen = rng.sample(indices, settings.prompts_per_batch)
-        batch_prompts = [prompts[i] for i in chosen]
-        batch_golds = [golds[i] for i in chosen for _ in range(2 * G)]
-        prompt_ids, completion_ids, mask, texts = sample_groups(
-            model, tokenizer, batch_prompts, 2 * G, C, temperature=settings.temperature
-        )
-        lengths = mask.sum(1)
-        ended = (completion_ids == tokenizer.eos_token_id).any(1)
-        graded = grade_batch(texts, batch_golds, prompts=[p for p in batch_prompts for _ in range(2 * G)])
-        correct = torch.tensor([bool(r.verdict) for r in graded]) & ended
-        counts["truncated"] += int((~ended).sum())
-        rows = torch.arange(len(texts)).view(settings.prompts_per_batch, 2 * G)
-        update, probe = rows[:, :G].reshape(-1), rows[:, G:].reshape(-1)
-        rewards = correct[update].double()
-        counts["update_right"] += int(rewards.sum())
-        counts["update_wrong"] += int((1 - rewards).sum())
-        counts["probe_right"] += int(correct[probe].sum())
-        counts["probe_wrong"] += int((~correct[probe]).sum())
-        for i in probe.tolist():
-            lengths_seen["right" if correct[i] else "wrong"].append(int(lengths[i]))
-        weights = {}
-        for name, (loss_type, scaled) in ALGORITHMS.items():
-            advantages = group_advantages(rewards, G, scale_by_std=scaled)
-            weights[name] = torch.tensor(token_weights(advantages.tolist(), lengths[update].tolist(), loss_type, C))
-        counts["groups_flat"] += int((group_advantages(rewards, G, scale_by_std=False).view(-1, G) == 0).all(1).sum())
-        if all(bool((w == 0).all()) for w in weights.values()):
-            logger.warning("mechanism batch %d: every group all right or all wrong, no update", batch_index)
-            continue
+    adapt_torch_threads()  # the cores other processes leave free (drgrpo/core/threads.py)
+    rng = random.Random(f"{settings.seed}-{index}")  # each batch its own prompts and samples: resumable
+    torch.manual_seed(settings.seed * 1_000_003 + index)
+    G, C, P = settings.group_size, settings.max_completion_length, settings.prompts_per_batch
+    chosen = rng.sample(range(len(prompts)), P)
+    batch_prompts = [prompts[i] for i in chosen]
+    batch_golds = [golds[i] for i in chosen for _ in range(2 * G)]
+    prompt_ids, completion_ids, mask, texts = sample_groups(
+        model, tokenizer, batch_prompts, 2 * G, C, temperature=settings.temperature
+    )
+    lengths = mask.sum(1)
+    ended = (completion_ids == tokenizer.eos_token_id).any(1)
+    graded = grade_batch(texts, batch_golds, prompts=[p for p in batch_prompts for _ in range(2 * G)])
+    correct = torch.tensor([bool(r.verdict) for r in graded]) & ended
+    rows = torch.arange(len(texts)).view(P, 2 * G)
+    update, probe = rows[:, :G].reshape(-1), rows[:, G:].reshape(-1)
+    rewards = correct[update].double()
+    probe_lengths, probe_correct = lengths[probe].tolist(), correct[probe].tolist()
+    record = {
+        "batch": index,
+        "settings": _comparable(settings),
+        "counts": {
+            "update_right": int(rewards.sum()), "update_wrong": int((1 - rewards).sum()),
+            "probe_right": int(correct[probe].sum()), "probe_wrong": int((~correct[probe]).sum()),
+            "truncated": int((~ended).sum()),
+            "groups_flat": int((group_advantages(rewards, G, scale_by_std=False).view(-1, G) == 0).all(1).sum()),
+        },
+        "probe_lengths": {side: [n for n, c in zip(probe_lengths, probe_correct, strict=True) if c == want]
+                          for side, want in SIDES.items()},
+        "changes": {name: dict.fromkeys(SIDES) for name in ALGORITHMS},
+        "mean_abs_log_ratio": dict.fromkeys(ALGORITHMS),
+    }  # fmt: skip
+    weights = {}
+    for name, (loss_type, scaled) in ALGORITHMS.items():
+        advantages = group_advantages(rewards, G, scale_by_std=scaled)
+        weights[name] = torch.tensor(token_weights(advantages.tolist(), lengths[update].tolist(), loss_type, C))
+    if all(bool((w == 0).all()) for w in weights.values()):
+        logger.warning("mechanism batch %d: every group all right or all wrong, no update", index)
+    else:
         params, grads = algorithm_gradients(
             model, prompt_ids[update], completion_ids[update], mask[update], weights, settings
         )
@@ -188,44 +197,132 @@ def run_chat_mechanism(model_path: str, prompts: Sequence[str], golds: Sequence[
             apply_step(params, grads[name], settings.step_norm)
             log_ratios = (sequence_logps(model, *probe_args) - before).tolist()
             model.load_state_dict(start_weights)
-            ratio_sizes[name].append(sum(abs(x) for x in log_ratios) / len(log_ratios))
-            probe_lengths, probe_correct = lengths[probe].tolist(), correct[probe].tolist()
-            for side, want in (("negative", False), ("positive", True)):
-                per_prompt = []
-                for p in range(settings.prompts_per_batch):
-                    group = slice(p * G, (p + 1) * G)
-                    per_prompt.append(length_change(
-                        probe_lengths[group], log_ratios[group], [c == want for c in probe_correct[group]]
-                    ))  # fmt: skip
-                change = pooled_change(per_prompt)
-                if change is not None:
-                    changes[name][side].append(change)
-        del grads
-        logger.warning(
-            "mechanism batch %d/%d (%.0f s): update %d right of %d; grpo wrong %+.3f right %+.3f, dr_grpo wrong %+.3f "
-            "right %+.3f tokens (running means)", batch_index + 1, settings.num_batches, time.perf_counter() - begin,
-            int(rewards.sum()), len(rewards), *[_running(changes[n][s]) for n in ALGORITHMS
-                                                for s in ("negative", "positive")],
-        )  # fmt: skip
-    result = {}
-    for name, sides in changes.items():
+            record["mean_abs_log_ratio"][name] = sum(abs(x) for x in log_ratios) / len(log_ratios)
+            for side, want in SIDES.items():
+                per_prompt = [
+                    length_change(probe_lengths[g], log_ratios[g], [c == want for c in probe_correct[g]])
+                    for g in (slice(p * G, (p + 1) * G) for p in range(P))
+                ]
+                record["changes"][name][side] = pooled_change(per_prompt)
+    record["seconds"] = round(time.perf_counter() - begin, 1)
+    record["load"] = load_average()
+    return record
+
+
+def summarise(records: Sequence[dict], settings: ChatMechanismSettings) -> dict:
+    """`{algorithm: {tail_change_negative, ..._se, tail_change_positive, ..._se}}` over the batch records (the names
+    the tiny experiment's report reads: here the change of the mean length of fresh wrong, A < 0, and right, A > 0,
+    answers, in tokens per update), plus `details`: the paired difference GRPO minus Dr.GRPO, counts, probe lengths,
+    mean |log-ratio| per algorithm, settings, seconds and load."""
+    result: dict = {}
+    for name in ALGORITHMS:
         result[name] = {}
-        for side in ("negative", "positive"):
-            mean, se = mean_and_standard_error(sides[side])
-            result[name][f"tail_change_{side}"] = mean
-            result[name][f"tail_change_{side}_se"] = se
+        for side in SIDES:
+            mean, se = mean_and_standard_error(_values(records, name, side))
+            result[name][f"tail_change_{side}"], result[name][f"tail_change_{side}_se"] = mean, se
+    difference = {}
+    for side in SIDES:
+        pairs = [
+            r["changes"] for r in records if None not in (r["changes"]["grpo"][side], r["changes"]["dr_grpo"][side])
+        ]
+        mean, se = mean_and_standard_error([c["grpo"][side] - c["dr_grpo"][side] for c in pairs])
+        difference[f"tail_change_{side}"], difference[f"tail_change_{side}_se"] = mean, se
+    lengths = {side: [n for r in records for n in r["probe_lengths"][side]] for side in SIDES}
+    ratios = {name: [r["mean_abs_log_ratio"][name] for r in records if r["mean_abs_log_ratio"][name] is not None]
+              for name in ALGORITHMS}  # fmt: skip
+    seconds = sum(r["seconds"] for r in records)
+    loads = [(r["seconds"], r["load"]) for r in records if r["load"] is not None]
     result["details"] = {
-        "completions": counts,
-        "batches": {side: len(changes["grpo"][side]) for side in ("negative", "positive")},
-        "mean_abs_log_ratio": {name: sum(v) / max(1, len(v)) for name, v in ratio_sizes.items()},
-        "probe_length_wrong": sum(lengths_seen["wrong"]) / max(1, len(lengths_seen["wrong"])),
-        "probe_length_right": sum(lengths_seen["right"]) / max(1, len(lengths_seen["right"])),
-        "per_batch": changes,
+        "grpo_minus_dr_grpo": difference,
+        "completions": {k: sum(r["counts"][k] for r in records) for k in COUNTS},
+        "batches": {side: len(_values(records, "grpo", side)) for side in SIDES},
+        "batches_measured": len(records),
+        "mean_abs_log_ratio": {name: sum(v) / max(1, len(v)) for name, v in ratios.items()},
+        "probe_length_wrong": sum(lengths["negative"]) / max(1, len(lengths["negative"])),
+        "probe_length_right": sum(lengths["positive"]) / max(1, len(lengths["positive"])),
+        "per_batch": {name: {side: _values(records, name, side) for side in SIDES} for name in ALGORITHMS},
         "settings": asdict(settings),
-        "seconds": round(time.perf_counter() - begin, 1),
+        "seconds": round(seconds, 1),
+        "load": round(sum(t * v for t, v in loads) / sum(t for t, _ in loads), 2) if loads else None,
     }
     return result
 
 
-def _running(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
+def run_chat_mechanism(
+    model_path: str,
+    prompts: Sequence[str],
+    golds: Sequence[str],
+    settings: ChatMechanismSettings,
+    batches_file: str | Path | None = None,
+    deadline: Deadline | None = None,
+) -> dict:
+    """The fixed-batch experiment on the chat model in `model_path`; `prompts` are rendered prompt texts (chat template
+    applied) of one token length, `golds` their answers. Returns `summarise`'s result over `settings.num_batches`.
+
+    With `batches_file`, the batches already in it are kept and each new one is appended as it finishes; a batch
+    that would not finish before `deadline` (judged by the mean batch time so far) is not started: `OutOfTime`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    deadline = deadline or Deadline()
+    done = read_batches(batches_file, settings) if batches_file else {}
+    todo = [i for i in range(settings.num_batches) if i not in done]
+    if todo:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        model.eval()  # no dropout; gradients still flow
+        start_weights = {k: v.clone() for k, v in model.state_dict().items()}
+    for index in todo:
+        timed = [r["seconds"] for r in done.values()]
+        if deadline.remaining() < (sum(timed) / len(timed) if timed else 0.0):
+            raise OutOfTime(
+                f"mechanism: {len(done)} of {settings.num_batches} batches kept in {batches_file}; batch {index + 1} "
+                "would not finish within the time budget"
+            )
+        done[index] = record = measure_batch(model, tokenizer, prompts, golds, settings, index, start_weights)
+        if batches_file:
+            with open(batches_file, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        logger.warning(
+            "mechanism batch %d/%d (%.0f s, load %s): update %d right of %d; change of wrong / right answer length: "
+            "grpo %s / %s, dr_grpo %s / %s tokens", index + 1, settings.num_batches, record["seconds"], record["load"],
+            record["counts"]["update_right"], settings.prompts_per_batch * settings.group_size,
+            *[_signed(record["changes"][n][s]) for n in ALGORITHMS for s in SIDES],
+        )  # fmt: skip
+    return summarise([done[i] for i in range(settings.num_batches)], settings)
+
+
+def read_batches(path: str | Path, settings: ChatMechanismSettings) -> dict[int, dict]:
+    """{batch index: record} of the batches kept in `path` ({} if missing); batches measured with other settings
+    (other than their number) are refused in one line."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    records = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill mid-write: that batch is measured again
+            logger.warning("%s line %d is not complete JSON: measuring that batch again", path, number)
+            continue
+        if record["settings"] != _comparable(settings):
+            raise RecipeError(
+                f"{path} holds mechanism batches measured with other settings ({record['settings']}, now "
+                f"{_comparable(settings)}): delete it to measure again, or pass the same settings."
+            )
+        records[record["batch"]] = record
+    return records
+
+
+def _comparable(settings: ChatMechanismSettings) -> dict:
+    """The settings a kept batch must share with the current run (all but how many batches there are)."""
+    return {k: v for k, v in asdict(settings).items() if k != "num_batches"}
+
+
+def _values(records: Sequence[dict], name: str, side: str) -> list[float]:
+    return [r["changes"][name][side] for r in records if r["changes"][name][side] is not None]
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"

@@ -3,9 +3,12 @@ answers (`drgrpo.experiments.bias.chat_mechanism`), then GRPO vs Dr.GRPO trained
 through `make compare`'s long task (`drgrpo.experiments.comparison`, `recipes/smollm2_135m_long_{grpo,drgrpo}.yaml`),
 and the report (`drgrpo.experiments.bias.real_report`).
 
-Everything is kept as it finishes (the mechanism's `mechanism.json`, each run's `row.json`, checkpoints every 10 steps,
-the evaluations' samples), so a killed `make bias-real` rerun continues where it stopped. It prints its expected time
-first, from step times measured on the 2-core development machine under load (`MEASURED`).
+Everything is kept as it finishes (each mechanism batch in `mechanism_batches.jsonl`, then `mechanism.json`; each
+run's `row.json`, checkpoints every 10 steps, the evaluations' samples), so a killed `make bias-real` rerun continues
+where it stopped. With `max_minutes` one invocation stops at the first safe point past that budget (a checkpoint
+saved, no batch or evaluation started that would not finish) and says so: on a shared machine each command holds the
+CPU for a bounded time, and the same command run again continues. It prints its expected time first, from times
+measured on the 2-core development machine (`MEASURED`).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ MODEL = "smollm2-135m-instruct"
 # Seconds measured on the 2-core development machine (AMD EPYC, float32, torch on 1 thread, nice 0 among other
 # helpers' nice-10 jobs, load average given), for the expected time printed at the start.
 MEASURED = {
-    "load": 8.0,
-    "mechanism_batch": 600.0,  # one batch of 4 prompts x (8 + 8) answers: sampling, two gradients, three scorings
-    "train_step": 150.0,  # one step of 2 prompts x 8 completions at 128 tokens, mean over a run
+    "load": 8.5,
+    "mechanism_batch": 680.0,  # one batch of 4 prompts x (8 + 8) answers: sampling, two gradients, three scorings
+    "train_step": 130.0,  # one step of 2 prompts x 8 completions at 128 tokens, mean over a run
     "eval_problem": 3.0,  # one held-out problem, greedy, 128 tokens, batches of 32
 }
 
@@ -41,6 +44,8 @@ class RealBiasSettings:
     data_seed: int = 0
     num_test: int = 100
     edge_fraction: float = 0.1
+    parts: tuple[str, ...] = ("mechanism", "runs")  # one part alone: the mechanism first, or only the runs
+    max_minutes: float | None = None  # stop at the first safe point past this budget; rerun to continue
     mechanism: ChatMechanismSettings = field(default_factory=ChatMechanismSettings)
     overrides: tuple[str, ...] = ()
 
@@ -82,16 +87,19 @@ def recipe_shape(settings: RealBiasSettings) -> tuple[int, int]:
 
 
 def run_real_bias(settings: RealBiasSettings) -> dict:
-    """Run (or continue) everything; write `summary.md`, `summary.json` and `curves.png` under `output_dir`."""
+    """Run (or continue) everything; write `summary.md`, `summary.json` and `curves.png` under `output_dir` once the
+    mechanism and every run are done. Returns the summary, or `{}` when a part is left (not asked for, or stopped
+    by `max_minutes`: raises `OutOfTime` then)."""
     from transformers import AutoTokenizer
 
     from drgrpo.core.models import resolve_model
     from drgrpo.experiments.arithmetic_task import write_chat_addition_task
     from drgrpo.experiments.bias.real_report import write_report
+    from drgrpo.experiments.budget import Deadline
     from drgrpo.experiments.comparison import CompareSettings, run_comparison
-    from drgrpo.experiments.load import LoadSampler
 
     start = time.perf_counter()
+    deadline = Deadline(None if settings.max_minutes is None else 60 * settings.max_minutes)
     out = Path(settings.output_dir)
     machine = machine_facts()
     steps, prompts_per_step = recipe_shape(settings)
@@ -108,19 +116,20 @@ def run_real_bias(settings: RealBiasSettings) -> dict:
     data = write_chat_addition_task(out / "data", seed=settings.data_seed, num_test=settings.num_test)
 
     mechanism_file = out / "mechanism.json"
+    mechanism = None
     if mechanism_file.is_file():
         logger.warning("Keeping the mechanism's result in %s (delete it to measure again)", mechanism_file)
         mechanism = json.loads(mechanism_file.read_text())
-    else:
+    elif "mechanism" in settings.parts:
         prompts, golds = mechanism_prompts(data["train"], AutoTokenizer.from_pretrained(model))
-        with LoadSampler() as load:
-            mechanism = run_chat_mechanism(model, prompts, golds, settings.mechanism)
-        mechanism["details"]["load"] = load.mean
+        batches = out / "mechanism_batches.jsonl"
+        mechanism = run_chat_mechanism(model, prompts, golds, settings.mechanism, batches, deadline)
         mechanism_file.write_text(json.dumps(mechanism, indent=1) + "\n")
-    logger.warning("mechanism: %s", json.dumps({k: v for k, v in mechanism.items() if k != "details"}))
+    if mechanism is not None:
+        logger.warning("mechanism: %s", json.dumps({k: v for k, v in mechanism.items() if k != "details"}))
 
     comparisons = {}
-    for seed in settings.seeds:
+    for seed in settings.seeds if "runs" in settings.parts else ():
         compare = CompareSettings(
             task="smollm2-long",
             output_dir=str(out / f"seed{seed}"),
@@ -131,8 +140,9 @@ def run_real_bias(settings: RealBiasSettings) -> dict:
             baseline_dir=str(out / "eval" / "start"),
             overrides=settings.overrides,
             resume=True,
+            deadline=deadline,
         )
         comparisons[seed] = run_comparison(compare)
-        # Written after every seed, so that an interrupted run leaves what it measured so far.
-        summary = write_report(out, mechanism, comparisons, settings, machine, time.perf_counter() - start)
-    return summary
+    if mechanism is None or set(comparisons) != set(settings.seeds):
+        return {}
+    return write_report(out, mechanism, comparisons, settings, machine, time.perf_counter() - start)

@@ -99,6 +99,13 @@ def markdown(mechanism: Mapping, runs: list[Mapping], settings, machine: str, se
             cells += [f"{_fmt(mean, '+.3f')} ± {_fmt(se, '.3f')}", _fmt(mean / se if se else math.nan, "+.1f")]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {details['mean_abs_log_ratio'][name]:.3f} |")
     counts = details["completions"]
+    paired = details.get("grpo_minus_dr_grpo")
+    if paired:
+        cells = []
+        for side in ("negative", "positive"):
+            mean, se = paired[f"tail_change_{side}"], paired[f"tail_change_{side}_se"]
+            cells += [f"{_fmt(mean, '+.3f')} ± {_fmt(se, '.3f')}", _fmt(mean / se if se else math.nan, "+.1f")]
+        lines.append("| grpo − dr_grpo (same batches, paired) | " + " | ".join(cells) + " | |")
     lines += [
         "",
         f"Probe answers: {counts['probe_wrong']} wrong (mean {details['probe_length_wrong']:.1f} tokens), "
