@@ -114,6 +114,25 @@ def test_mechanism_prompts_have_one_token_length(tmp_path, tiny_model_path):
     assert len({len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts}) == 1
 
 
+def test_length_sorted_micro_batches_score_as_one_padded_batch(tiny_model_path):
+    """Scoring shortest-first micro-batches cut to their own width gives each completion the log-probability the
+    whole padded batch gives it, in the completions' order."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from drgrpo.experiments.bias.chat_mechanism import _summed_logps, micro_batches, sequence_logps
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    torch.manual_seed(0)
+    prompt_ids = torch.randint(3, 20, (5, 4))
+    completion_ids = torch.randint(3, 20, (5, 7))
+    mask = (torch.arange(7).unsqueeze(0) < torch.tensor([[7], [2], [5], [1], [3]])).long()
+    assert [(r.tolist(), w) for r, w in micro_batches(mask, 2)] == [([3, 1], 2), ([4, 2], 5), ([0], 7)]
+    with torch.no_grad():
+        whole = _summed_logps(model, prompt_ids, completion_ids, mask, 0.7)
+    assert torch.allclose(sequence_logps(model, prompt_ids, completion_ids, mask, 0.7, 2), whole, atol=1e-5)
+
+
 class ScriptedDeadline(Deadline):
     """A deadline whose `remaining()` answers from a script (the last answer repeats): a stop at a chosen point."""
 

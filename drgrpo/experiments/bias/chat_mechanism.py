@@ -100,18 +100,33 @@ def pooled_change(changes: Sequence[tuple[float, int]]) -> float | None:
     return sum(c * n for c, n in changes if n) / total
 
 
-def sequence_logps(model, prompt_ids, completion_ids, mask, temperature: float, micro_batch: int, grad: bool = False):
+def micro_batches(mask: torch.Tensor, micro_batch: int):
+    """(rows, width) groups of at most `micro_batch` completions, shortest first, each cut to its longest completion:
+    padding columns would cost forward and backward compute for nothing (the model is causal and pads on the right)."""
+    lengths = mask.sum(1)
+    order = torch.argsort(lengths, stable=True)
+    for start in range(0, len(order), micro_batch):
+        rows = order[start : start + micro_batch]
+        yield rows, int(lengths[rows].max())
+
+
+def _summed_logps(model, prompt_ids, completion_ids, mask, temperature: float) -> torch.Tensor:
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    logits = model(input_ids=input_ids, logits_to_keep=completion_ids.shape[1] + 1).logits[:, :-1]
+    logps = (logits / temperature).log_softmax(-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    return (logps * mask).sum(1)
+
+
+def sequence_logps(model, prompt_ids, completion_ids, mask, temperature: float, micro_batch: int) -> torch.Tensor:
     """Sum over each completion's tokens (up to its end-of-sequence, `mask`) of log pi(token), at the sampling
-    temperature as TRL scores them (logits / temperature); without a graph unless `grad`."""
-    sums = []
-    for start in range(0, completion_ids.shape[0], micro_batch):
-        part = slice(start, start + micro_batch)
-        with torch.set_grad_enabled(grad):
-            input_ids = torch.cat([prompt_ids[part], completion_ids[part]], dim=1)
-            logits = model(input_ids=input_ids, logits_to_keep=completion_ids.shape[1] + 1).logits[:, :-1]
-            logps = (logits / temperature).log_softmax(-1).gather(-1, completion_ids[part].unsqueeze(-1)).squeeze(-1)
-            sums.append((logps * mask[part]).sum(1))
-    return torch.cat(sums)
+    temperature as TRL scores them (logits / temperature), without a graph; in the completions' order."""
+    sums = torch.empty(completion_ids.shape[0], dtype=torch.float32)
+    with torch.no_grad():
+        for rows, width in micro_batches(mask, micro_batch):
+            sums[rows] = _summed_logps(
+                model, prompt_ids[rows], completion_ids[rows, :width], mask[rows, :width], temperature
+            )
+    return sums
 
 
 def algorithm_gradients(model, prompt_ids, completion_ids, mask, weights: dict, settings: ChatMechanismSettings):
@@ -119,14 +134,13 @@ def algorithm_gradients(model, prompt_ids, completion_ids, mask, weights: dict, 
     forward pass per micro-batch (one backward per algorithm), so that memory stays that of one micro-batch."""
     params = [p for p in model.parameters() if p.requires_grad]
     grads = {name: [torch.zeros_like(p) for p in params] for name in weights}
-    for start in range(0, completion_ids.shape[0], settings.micro_batch):
-        part = slice(start, start + settings.micro_batch)
-        sums = sequence_logps(
-            model, prompt_ids[part], completion_ids[part], mask[part], settings.temperature, settings.micro_batch, True
+    names = list(weights)
+    for rows, width in micro_batches(mask, settings.micro_batch):
+        sums = _summed_logps(
+            model, prompt_ids[rows], completion_ids[rows, :width], mask[rows, :width], settings.temperature
         )
-        names = list(weights)
         for k, name in enumerate(names):
-            loss = -(weights[name][part] * sums).sum()
+            loss = -(weights[name][rows] * sums).sum()
             for acc, g in zip(grads[name], torch.autograd.grad(loss, params, retain_graph=k < len(names) - 1),
                               strict=True):  # fmt: skip
                 acc += g
