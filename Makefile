@@ -228,7 +228,9 @@ bias: install
 # `make bias-real [ARGS="--seeds 0 1 2"]`: the same on a real model, SmolLM2-135M-Instruct: the mechanism on its own
 # answers, then GRPO vs Dr.GRPO 60 steps from the same start on 3 seeds (`make compare`'s smollm2-long task); writes
 # outputs/bias-real/{curves.png,summary.md,summary.json}. Hours on 2 cores (it prints its expected time first); rerun
-# it after an interruption to continue: finished parts are kept. Threads follow the free cores (drgrpo/core/threads.py).
+# it after an interruption to continue: finished parts are kept. ARGS="--max_minutes 30" stops at the first safe point
+# past 30 minutes with exit status 75 (a shared machine: rerun under its lock until it exits 0; docs/bias.md).
+# Threads follow the free cores (drgrpo/core/threads.py).
 .PHONY: bias-real
 bias-real: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/bias_real.py $(ARGS)
