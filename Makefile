@@ -115,8 +115,11 @@ plot: install
 
 # GRPO vs Dr.GRPO on SmolLM2-135M-Instruct (same start, seed and data: recipes/smollm2_135m_{grpo,drgrpo}.yaml);
 # writes outputs/compare/ (curves.png, summary.md, summary.json). Threads follow the free cores (drgrpo/core/threads.py).
+# `make compare TASK=smollm2-long SEEDS="0 1 2"`: 60 steps, answers up to 128 tokens, one folder per seed, resumable
+# (hours; `make bias-real` runs it after the mechanism).
+TASK ?= smollm2
 compare: smollm2
-	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task smollm2 $(if $(ARGS),-- $(ARGS))
+	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task $(TASK) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(ARGS),-- $(ARGS))
 
 # The same on the tiny demo's task (one torch thread: the tiny model gains nothing from two); outputs/compare-tiny/.
 compare-tiny: install
@@ -232,3 +235,13 @@ loss-weights: install
 # OpenMP threads on two busy cores spend most of their time waiting at barriers (5-10x slower measured).
 bias: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/bias.py $(ARGS)
+
+# `make bias-real [ARGS="--seeds 0 1 2"]`: the same on a real model, SmolLM2-135M-Instruct: the mechanism on its own
+# answers, then GRPO vs Dr.GRPO 60 steps from the same start on 3 seeds (`make compare`'s smollm2-long task); writes
+# outputs/bias-real/{curves.png,summary.md,summary.json}. Hours on 2 cores (it prints its expected time first); rerun
+# it after an interruption to continue: finished parts are kept. ARGS="--max_minutes 30" stops at the first safe point
+# past 30 minutes with exit status 75 (a shared machine: rerun under its lock until it exits 0; docs/bias.md).
+# Threads follow the free cores (drgrpo/core/threads.py).
+.PHONY: bias-real
+bias-real: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/bias_real.py $(ARGS)

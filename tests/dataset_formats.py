@@ -128,6 +128,7 @@ FORMATS: dict[str, Callable[[int], Row]] = {
     "outputs/demo/data/train.jsonl": chat_addition_row,  # `make demo` (SmolLM2) and `make compare`
     "outputs/bias/data/train.jsonl": addition_row,  # `make bias` writes the same question/answer columns
     "outputs/demo-tools/data/train.jsonl": product_row,  # `make demo-tools` (SmolLM2 with the Python tool)
+    "outputs/bias-real/data/train.jsonl": chat_addition_row,  # `make bias-real`: the demo's chat additions
     "open-r1/verifiable-coding-problems-python-10k": verifiable_coding_row,
     "rewards/code/tasks/code_tasks.jsonl": code_task_row,
     # The verl-converted recipe's files (recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml), flattened by the user.

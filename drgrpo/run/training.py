@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from transformers import AutoTokenizer, TrainerCallback
@@ -46,8 +47,14 @@ class ThreadCountCallback(TrainerCallback):
         adapt_torch_threads()
 
 
-def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args: ModelConfig) -> DrGRPOTrainer:
-    """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint."""
+def train(
+    script_args: ScriptArguments,
+    training_args: DrGRPOConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> DrGRPOTrainer:
+    """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint.
+    `callbacks`: extra `TrainerCallback`s (an experiment's time budget, drgrpo/experiments/budget.py)."""
     if not model_args.model_name_or_path:
         raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
     # Refuse before anything is loaded when output_dir holds another run's model (drgrpo/run/output_guard.py).
@@ -115,6 +122,8 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     if trainer.accelerator.device.type == "cpu":
         adapt_torch_threads()
         trainer.add_callback(ThreadCountCallback())
+    for callback in callbacks:
+        trainer.add_callback(callback)
     if trainer.accelerator.is_main_process:
         logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
     unfinished = unfinished_run(training_args.output_dir)  # read before this run's record replaces the last one's
