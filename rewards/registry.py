@@ -22,10 +22,12 @@ import inspect
 import logging
 import math
 import numbers
+import os
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from drgrpo.core.errors import RecipeImportError
+from drgrpo.core.errors import RecipeError, RecipeImportError
 from rewards.accuracy import AccuracyReward
 from rewards.code import CodeFormatReward, code_reward
 from rewards.deadline import call_with_deadline
@@ -46,8 +48,25 @@ class RewardContractError(ValueError):
     """A reward function returned something other than one float or None per completion."""
 
 
-class RewardFunctionError(RuntimeError):
-    """A reward function failed on every completion of its first batch: a bug, not a pathological completion."""
+class RewardFunctionError(RecipeError, RuntimeError):
+    """A reward function failed on every completion of its first batch: a bug, not a pathological completion. A user
+    error (the recipe's own function): printed as one line naming the exception and the line that raised it."""
+
+
+def where_raised(error: BaseException, func: Callable) -> str:
+    """` at file:line (`source`)` of the innermost frame of `error` in `func`'s own file (the user's reward), else
+    of its innermost frame; "" when the error has no traceback."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    try:
+        own_file = inspect.getsourcefile(inspect.unwrap(func))
+    except TypeError:
+        own_file = None
+    own = [frame for frame in frames if own_file and os.path.abspath(frame.filename) == os.path.abspath(own_file)]
+    frame = (own or frames)[-1]
+    source = f" (`{frame.line.strip()}`)" if frame.line else ""
+    return f" at {os.path.relpath(frame.filename)}:{frame.lineno}{source}"
 
 
 def _grader(settings: RewardArguments):
@@ -222,7 +241,8 @@ class SafeReward:
         if self.calls == 0 and report.failures == size:
             raise RewardFunctionError(
                 f"Reward {self.__name__!r} ({self.spec}) raised on every completion of its first batch: "
-                f"{type(batch_error).__name__}: {batch_error}. Fix the function (see the traceback above)."
+                f"{type(batch_error).__name__}: {batch_error}{where_raised(batch_error, self.func)}. Fix the function "
+                "(test it on a few rows with `make score`)."
             ) from batch_error
         self._warn_once(
             "exception",
@@ -249,7 +269,8 @@ class AsyncSafeReward(SafeReward):
         except Exception as exc:  # noqa: BLE001
             if self.calls == 0:
                 raise RewardFunctionError(
-                    f"Async reward {self.__name__!r} ({self.spec}) raised on its first batch: {exc}"
+                    f"Async reward {self.__name__!r} ({self.spec}) raised on its first batch: {type(exc).__name__}: "
+                    f"{exc}{where_raised(exc, self.func)}. Fix the function (test it on a few rows with `make score`)."
                 ) from exc
             self._warn_once("exception", f"Async reward {self.__name__!r} raised: {exc}", exc)
             scores = [None] * size

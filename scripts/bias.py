@@ -8,6 +8,7 @@ outputs/bias/{curves.png,summary.md,summary.json} (docs/bias.md).
 import argparse
 import logging
 
+from drgrpo.core.errors import parse_with_overrides, run_main
 from drgrpo.experiments.bias.experiment import BiasSettings, run_bias
 from drgrpo.experiments.bias.mechanism import MechanismSettings
 
@@ -20,7 +21,7 @@ def main() -> None:
     parser.add_argument("--mechanism_batches", type=int, default=MechanismSettings.num_batches)
     parser.add_argument("--step_norm", type=float, default=MechanismSettings.step_norm, help="mechanism update size")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe overrides for every run, after --")
-    args = parser.parse_args()
+    args = parse_with_overrides(parser)  # an option before `--` that is a recipe key: a one-line fix
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     settings = BiasSettings(
         output_dir=args.output_dir,
@@ -35,4 +36,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -1,10 +1,13 @@
 """GRPO vs Dr.GRPO from the same start, same seed and data: train both recipes, evaluate both on held-out problems,
 write OUTPUT_DIR/{curves.png,summary.md,summary.json}.
 
-    python scripts/compare.py [--task smollm2|tiny] [--output_dir outputs/compare] [--seed 42] [-- --max_steps 10 ...]
+    python scripts/compare.py [--task smollm2|smollm2-long|tiny] [--output_dir outputs/compare] [--seed 42]
+        [--seeds 0 1 2] [-- --max_steps 10 ...]
 
 `--task smollm2` (`make compare`): SmolLM2-135M-Instruct, recipes/smollm2_135m_{grpo,drgrpo}.yaml, the real demo's
-chat additions. `--task tiny` (`make compare-tiny`): the tiny demo's warm start, recipes/tiny_{grpo,drgrpo}.yaml.
+chat additions. `--task smollm2-long`: the same trained 60 steps with answers up to 128 tokens
+(recipes/smollm2_135m_long_{grpo,drgrpo}.yaml), resumable. `--task tiny` (`make compare-tiny`): the tiny demo's warm
+start, recipes/tiny_{grpo,drgrpo}.yaml. `--seeds`: one comparison per seed, in OUTPUT_DIR/seedN.
 """
 
 import argparse
@@ -23,6 +26,8 @@ def main() -> None:
         "--demo_dir", default=CompareSettings.demo_dir, help="tiny: the demo's model/data (built if missing)"
     )
     parser.add_argument("--seed", type=int, default=CompareSettings.seed, help="training seed of both runs")
+    parser.add_argument("--seeds", nargs="+", type=int, help="several seeds, one comparison each (OUTPUT_DIR/seedN)")
+    parser.add_argument("--num_test", type=int, default=CompareSettings.num_test, help="smollm2: held-out problems")
     parser.add_argument("--data_seed", type=int, default=CompareSettings.data_seed, help="smollm2: the task split")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe overrides for both runs, after --")
     args = parser.parse_args()
@@ -31,17 +36,25 @@ def main() -> None:
         from drgrpo.setup.model_prep import prepare_model
 
         prepare_model("smollm2-135m-instruct")  # instant when `make smollm2` has run
-    settings = CompareSettings(
-        task=args.task,
-        output_dir=args.output_dir or ("outputs/compare" if args.task == "smollm2" else "outputs/compare-tiny"),
-        demo_dir=args.demo_dir,
-        seed=args.seed,
-        data_seed=args.data_seed,
-        overrides=tuple(a for a in args.overrides if a != "--"),
+    output_dir = args.output_dir or {"smollm2": "outputs/compare", "tiny": "outputs/compare-tiny"}.get(
+        args.task, f"outputs/compare-{args.task}"
     )
-    summary = run_comparison(settings)
-    print(open(f"{settings.output_dir}/summary.md").read())
-    print(f"plot, summary and runs: {settings.output_dir}/ ({summary['total_seconds']:.0f} s)")
+    for seed in args.seeds or [args.seed]:
+        folder = f"{output_dir}/seed{seed}" if args.seeds else output_dir
+        settings = CompareSettings(
+            task=args.task,
+            output_dir=folder,
+            demo_dir=args.demo_dir,
+            seed=seed,
+            data_seed=args.data_seed,
+            num_test=args.num_test,
+            data_dir=f"{output_dir}/data" if args.seeds else None,  # every seed on the same problems
+            baseline_dir=f"{output_dir}/eval/start" if args.seeds else None,  # and one evaluation of the start
+            overrides=tuple(a for a in args.overrides if a != "--"),
+        )
+        summary = run_comparison(settings)
+        print(open(f"{folder}/summary.md").read())
+        print(f"plot, summary and runs: {folder}/ ({summary['total_seconds']:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ evaluation samples and the trained model. The tiny random-weight demo is `make d
 import argparse
 import logging
 
-from drgrpo.core.errors import run_main
+from drgrpo.core.errors import parse_with_overrides, run_main
 
 
 def main() -> None:
@@ -27,8 +27,9 @@ def main() -> None:
         help="count held-out samples cut at the budget wrong, as the paper and training do (default true)",
     )
     parser.add_argument("rl_overrides", nargs=argparse.REMAINDER, help="recipe overrides for training, after --")
-    args = parser.parse_args()
+    args = parse_with_overrides(parser)  # an option before `--` that is a recipe key: a one-line fix
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    logging.getLogger("drgrpo").setLevel(logging.INFO)  # the run's own lines (algorithm, data, resume), not libraries'
     from drgrpo.experiments.smollm2_demo import format_summary, run_smol_demo
     from drgrpo.setup.model_prep import prepare_model
 

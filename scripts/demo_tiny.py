@@ -7,7 +7,7 @@ python scripts/demo_tiny.py [--output_dir outputs/demo-tiny] [--seed 0] [-- --ma
 import argparse
 import logging
 
-from drgrpo.core.errors import run_main
+from drgrpo.core.errors import parse_with_overrides, run_main
 from drgrpo.experiments.demo import DemoSettings, format_table, run_demo
 
 
@@ -18,7 +18,7 @@ def main() -> None:
     parser.add_argument("--sft_steps", type=int, default=DemoSettings.sft_steps)
     parser.add_argument("--sft_examples", type=int, default=DemoSettings.sft_examples)
     parser.add_argument("rl_overrides", nargs=argparse.REMAINDER, help="recipe overrides for the RL stage, after --")
-    args = parser.parse_args()
+    args = parse_with_overrides(parser)  # an option before `--` that is a recipe key: a one-line fix
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     overrides = tuple(a for a in args.rl_overrides if a != "--")
     settings = DemoSettings(

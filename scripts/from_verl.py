@@ -3,6 +3,11 @@
 python scripts/from_verl.py VERL_CONFIG.yaml [-o recipes/my_recipe.yaml]   # verl's Hydra YAML
 python scripts/from_verl.py run_verl_drgrpo.sh -o recipes/my_recipe.yaml     # the key=value overrides of a launch
 
+A launch script's shell variables are expanded as bash would (`$HOME`, `${NNODES:-1}`, `$((1024 * 4))`, the script's
+own assignments), and the ones taken from the environment are listed; a variable that is set nowhere, in the data
+paths, the model or a batch key, refuses the conversion in one line naming it (--allow_lossy or not). A recipe left
+without a dataset says so, on stderr and in its header.
+
 Prints the recipe (or writes it with -o) and lists on stderr every verl key it could not map, with the reason; the
 same list is in the recipe's header. Writes nothing, and exits 2, when verl itself would refuse the config (batch
 sizes that do not divide, a mini-batch above the batch, one completion per prompt, an estimator that needs a critic)
@@ -16,8 +21,8 @@ import sys
 from pathlib import Path
 
 from drgrpo.core.errors import EXIT_USER_ERROR, run_main
-from drgrpo.recipe.verl import convert_verl, format_recipe
-from drgrpo.recipe.verl_config import read_verl_config
+from drgrpo.recipe.verl import NO_DATA, convert_verl, format_recipe
+from drgrpo.recipe.verl_config import read_verl_source
 
 
 def _sentence(text: str) -> str:
@@ -34,7 +39,18 @@ def main() -> int:
         help="write the recipe even when some keys cannot be carried over faithfully (listed in its header as such)",
     )
     args = parser.parse_args()
-    conversion = convert_verl(read_verl_config(args.config), source=args.config)
+    source = read_verl_source(args.config)  # a launch script's $VARIABLES expanded as bash would
+    conversion = convert_verl(source.flat, source=args.config)
+    conversion.expanded = source.from_environment
+    if conversion.unset:  # refused even with --allow_lossy: a recipe without its data, model or batch size
+        for name, keys in sorted(conversion.unset.items()):
+            print(
+                f"error: {args.config}: ${name} is not set, and {', '.join(keys)} need{'s' * (len(keys) == 1)} it "
+                f"(bash expands it before verl sees the value): set it ({name}=... python scripts/from_verl.py "
+                f"{args.config}) or write the value out; nothing written.",
+                file=sys.stderr,
+            )
+        return EXIT_USER_ERROR
     if conversion.invalid:
         for problem in conversion.invalid:
             print(f"error: {args.config}: {_sentence(problem)}", file=sys.stderr)
@@ -49,6 +65,10 @@ def main() -> int:
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
+    for name, value in sorted(source.from_environment.items()):
+        print(f"expanded ${name}={value} from the environment, as bash would (in the recipe's header)", file=sys.stderr)
+    if source.from_script:
+        print(f"expanded the script's own variables: {', '.join(sorted(source.from_script))}", file=sys.stderr)
     text = format_recipe(conversion, args.config)
     if args.output:
         Path(args.output).write_text(text)
@@ -57,6 +77,8 @@ def main() -> int:
         print(text, end="")
     for key, why in sorted(conversion.lossy.items()):
         print(f"warning: not faithful (--allow_lossy): {key}: {why}", file=sys.stderr)
+    if "dataset_path" not in conversion.recipe:
+        print(f"warning: no dataset: {NO_DATA}.", file=sys.stderr)
     for key, reason in sorted(conversion.unmapped.items()):
         print(f"not carried over: {key}: {reason}", file=sys.stderr)
     return 0

@@ -75,6 +75,13 @@ def addition_row(i: int) -> Row:
     return {"question": f"{a}+{b}=", "answer": str(c)}
 
 
+def product_row(i: int) -> Row:
+    """The tool demo's task file (`make demo-tools` writes outputs/demo-tools/data/train.jsonl)."""
+    from drgrpo.experiments.product_task import problem_row
+
+    return problem_row(1000 + 97 * i, 100 + 13 * i)
+
+
 def verifiable_coding_row(i: int) -> Row:
     """open-r1/verifiable-coding-problems-python(-10k): source, task_type, in_source_id, problem,
     gold_standard_solution, problem_id, metadata, verification_info (a struct: language, test_cases of {type, input,
@@ -120,6 +127,8 @@ FORMATS: dict[str, Callable[[int], Row]] = {
     "outputs/demo-tiny/data/train.jsonl": addition_row,
     "outputs/demo/data/train.jsonl": chat_addition_row,  # `make demo` (SmolLM2) and `make compare`
     "outputs/bias/data/train.jsonl": addition_row,  # `make bias` writes the same question/answer columns
+    "outputs/demo-tools/data/train.jsonl": product_row,  # `make demo-tools` (SmolLM2 with the Python tool)
+    "outputs/bias-real/data/train.jsonl": chat_addition_row,  # `make bias-real`: the demo's chat additions
     "open-r1/verifiable-coding-problems-python-10k": verifiable_coding_row,
     "rewards/code/tasks/code_tasks.jsonl": code_task_row,
     # The verl-converted recipe's files (recipes/qwen2.5_math_1.5b_drgrpo_from_verl.yaml), flattened by the user.

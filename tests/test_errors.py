@@ -26,9 +26,9 @@ from drgrpo.recipe.config_errors import translate_config_error
 TINY = "recipes/tiny_drgrpo.yaml"
 
 
-def run_script(monkeypatch, capsys, *argv: str, script: str = "scripts/train.py") -> tuple[int, str]:
-    """Run a script as `python script argv...` would; return (exit status, stderr)."""
-    monkeypatch.chdir(ROOT)
+def run_script(monkeypatch, capsys, *argv: str, script: str = "scripts/train.py", cwd: Path = ROOT) -> tuple[int, str]:
+    """Run a script as `python script argv...` would, from `cwd`; return (exit status, stderr)."""
+    monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", [script, *argv])
     with pytest.raises(SystemExit) as info:
         runpy.run_path(str(ROOT / script), run_name="__main__")

@@ -487,6 +487,18 @@ def test_comparison_table_missing_cells_metric_and_paper_rows():
     assert any("published rows are greedy pass@1 whatever --metric" in note for note in notes)
 
 
+def test_comparison_table_says_how_many_problems_each_run_had():
+    """`make eval-compare`: the problem count is in the column title when every run had the same number, else in each
+    cell (a run cut with --max_problems is not the benchmark)."""
+    same = [{**_summary(m, "math500", 0.5), "num_problems": 500} for m in ("a", "b")]
+    assert ev.comparison_table(same).splitlines()[0] == "| model | metric (%) | MATH-500 (500 problems) | Avg. |"
+    cut = [{**_summary("a", "gsm8k", 0.5), "num_problems": 1319}, {**_summary("b", "gsm8k", 0.25), "num_problems": 100}]
+    lines = ev.comparison_table(cut).splitlines()
+    assert lines[0] == "| model | metric (%) | GSM8K | Avg. |"
+    assert lines[2] == "| a | pass@1 | 50.0 (1319 problems) | 50.0 |"
+    assert lines[3] == "| b | pass@1 | 25.0 (100 problems) | 25.0 |"
+
+
 def test_comparison_table_rejects_two_runs_of_one_cell():
     with pytest.raises(ValueError, match="Two evaluations of a on math500"):
         ev.comparison_table([_summary("a", "math500", 0.5), _summary("a", "math500", 0.6)])

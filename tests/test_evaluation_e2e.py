@@ -87,7 +87,8 @@ def test_report_values_and_agreement_with_the_training_reward(tiny_model_path, t
     from scripts.compare_evals import main as compare
 
     table = compare([str(tmp_path)]).splitlines()
-    assert table[0] == "| model | metric (%) | relabeled | sums | Avg. |"
+    # `make eval-compare` shows how many problems each benchmark had (16 in both runs here).
+    assert table[0] == "| model | metric (%) | relabeled (16 problems) | sums (16 problems) | Avg. |"
     assert table[2].startswith(
         f"| {tiny_model_path} | pass@1 | {100 * summary['pass@1']:.1f} | {100 * first['pass@1']:.1f} |"
     )

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import PYTHON, ROOT
 
 from drgrpo.algorithm.config import DrGRPOConfig
@@ -22,7 +23,9 @@ def test_explain_prints_the_card_for_every_shipped_recipe(recipe):
     text = explain_recipe([str(recipe), "--explain"])
     lines = text.splitlines()
     assert lines[0].startswith("algorithm: ") and lines[1].startswith("GRPO family card: ")
-    assert [line.split()[0] for line in lines[2:]] == list(QUESTIONS)
+    # A recipe with the Python tool has one more line: its multi-turn rollout (what max_completion_length counts).
+    rollout = ["rollout"] if yaml.safe_load(recipe.read_text()).get("python_tool") else []
+    assert [line.split()[0] for line in lines[2:]] == [*QUESTIONS, *rollout]
 
 
 def test_explain_script_exits_without_loading_the_model(tmp_path):

@@ -139,6 +139,28 @@ def test_plot_shows_and_names_the_kl_the_run_used(tmp_path):
     assert [key for key, _ in panel.series] == ["kl", d.KL_IN_REWARD]
 
 
+def test_every_tool_metric_the_rollout_logs_has_a_curve(tmp_path):
+    """`make plot` on a python_tool run: each diag/tool/ metric of drgrpo/rollout/tool_metrics.py is in a panel, and
+    the figure draws a run that logs them (a run without them shows the panels' 'no tool' note)."""
+    import torch
+
+    from drgrpo.rollout.tool_metrics import COLUMNS, tool_metrics
+
+    logged = set(tool_metrics(torch.ones(2, len(COLUMNS))))
+    drawn = {key for panel in PANELS for key, _ in panel.series}
+    assert logged and logged <= drawn, logged - drawn
+    tool_run = [entry | {key: 0.1 * entry["step"] for key in logged} for entry in fake_history(6, 0.05, 3.0)[:-1]]
+    runs = [write_run(tmp_path / "tool", tool_run), write_run(tmp_path / "plain", fake_history(6, 0.05, 3.0))]
+    for key in logged:
+        assert metric_series(tool_run, key)[0] == [1, 2, 3, 4, 5, 6]
+    result = subprocess.run(
+        [PYTHON, "scripts/plot.py", *map(str, runs), "--output", str(tmp_path / "curves.png")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 # --- comparison summary --------------------------------------------------------------------------------------------
 def test_final_mean_is_the_mean_of_the_last_logged_values():
     history = fake_history(12, 0.05, 3.0)

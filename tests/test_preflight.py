@@ -64,6 +64,9 @@ def test_show_prompts_on_a_cpu_machine(recipe_path, tiny_model_path, tmp_path, m
         # The prompt column read the way the recipe says: the shown prompt holds one of the stand-in problems.
         assert any(row[recipe["prompt_column"]].split("\n")[0] in prompt for row in rows)
         return
-    a, b = re.search(r"(\d+)\s*\+\s*(\d+)", prompt).groups()  # the stand-in math questions are sums
+    # The stand-in math questions are sums (the tool demo's are products); the question is the last one in the
+    # prompt (a few-shot example, chat_examples, comes before it).
+    a, operator, b = re.findall(r"(\d+)\s*([+*])\s*(\d+)", prompt)[-1]
     gold = out.split("gold answer: ")[1].split()[0]
-    assert int(gold) == int(a) + int(b)  # the answer column (and its extraction) read the way the recipe says
+    # the answer column (and its extraction) read the way the recipe says
+    assert int(gold) == (int(a) + int(b) if operator == "+" else int(a) * int(b))

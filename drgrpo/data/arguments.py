@@ -101,6 +101,14 @@ class DataArguments:
     system_prompt: str | None = field(
         default=None, metadata={"help": "System message for the 'chat' template (None: no system message)."}
     )
+    chat_examples: list | str | None = field(
+        default=None,
+        metadata={
+            "help": "Few-shot demonstrations for the 'chat' template: a list of {question, answer} mappings, put "
+            "before each question as user/assistant turns (after system_prompt). E.g. one worked answer that calls "
+            "the Python tool (recipes/smollm2_135m_drgrpo_tools.yaml). The evaluator reads them from --recipe."
+        },
+    )
     max_prompt_tokens: int | None = field(
         default=None,
         metadata={
@@ -151,7 +159,8 @@ class DataArguments:
         if self.dataset_filter is not None:
             parse_filter(self.dataset_filter, "dataset_filter")
         self.dataset_mixture = parse_structured(self.dataset_mixture, "dataset_mixture")
-        check_template(self.prompt_template, self.system_prompt)
+        self.chat_examples = parse_structured(self.chat_examples, "chat_examples")
+        check_template(self.prompt_template, self.system_prompt, self.chat_examples)
         check_answer_extraction(self.answer_extraction, "answer_extraction")
         for key in ("max_prompt_tokens", "max_train_samples", "dataset_test_size", "dataset_mixture_size"):
             value = getattr(self, key)

@@ -68,12 +68,15 @@ def default_cache_dir() -> Path:
     return Path(config.HF_DATASETS_CACHE) / "drgrpo_gold_check"
 
 
-def grade_distinct(distinct_golds: Sequence[str], usable: Usable, progress: bool) -> list[str]:
-    """The unusable answers among `distinct_golds`, graded in chunks under a tqdm progress bar."""
+def grade_distinct(distinct_golds: Sequence[str], usable: Usable, progress: bool, rows: int | None = None) -> list[str]:
+    """The unusable answers among `distinct_golds` (of `rows` rows), graded in chunks under a tqdm progress bar that
+    counts distinct answers, and says so: each is graded once, however many rows share it."""
     from tqdm.auto import tqdm
 
     unusable: list[str] = []
-    with tqdm(total=len(distinct_golds), desc="Checking gold answers", unit="answer", disable=not progress) as bar:
+    of_rows = f" of {rows:,} rows" if rows is not None else ""
+    desc = f"Checking gold answers ({len(distinct_golds):,} distinct{of_rows})"
+    with tqdm(total=len(distinct_golds), desc=desc, unit="answer", disable=not progress) as bar:
         for start in range(0, len(distinct_golds), CHUNK):
             chunk = list(distinct_golds[start : start + CHUNK])
             unusable += [gold for gold, ok in zip(chunk, usable(chunk), strict=True) if not ok]
@@ -109,6 +112,7 @@ def unusable_golds(
     usable: Usable,
     cache_dir: str | Path | None = None,
     progress: bool = True,
+    rows: int | None = None,
 ) -> list[str]:
     """The unusable answers among `distinct_golds`, from the cache when this exact check was done before.
 
@@ -116,13 +120,13 @@ def unusable_golds(
     """
     version = getattr(usable, "version", None)
     if version is None:
-        return grade_distinct(distinct_golds, usable, progress)
+        return grade_distinct(distinct_golds, usable, progress, rows)
     path = Path(cache_dir or default_cache_dir()) / f"{fingerprint(distinct_golds, version)}.json"
     cached = _read_cache(path, version, len(distinct_golds))
     if cached is not None:
         logger.info("Gold-answer check: cached result for these %d answers (%s).", len(distinct_golds), path)
         return cached
-    unusable = grade_distinct(distinct_golds, usable, progress)
+    unusable = grade_distinct(distinct_golds, usable, progress, rows)
     _write_cache(path, version, len(distinct_golds), unusable)
     return unusable
 
@@ -151,7 +155,7 @@ def unparseable_indices_once(
         state = PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU-only machines, as use_cpu would
     distinct = list(dict.fromkeys(answers))
     main = state is None or state.is_main_process
-    payload = [unusable_golds(distinct, usable, cache_dir, progress=True) if main else None]
+    payload = [unusable_golds(distinct, usable, cache_dir, progress=True, rows=len(answers)) if main else None]
     if state is not None and state.num_processes > 1:
         broadcast_object_list(payload, from_process=0)
     unusable = set(payload[0])

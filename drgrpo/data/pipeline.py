@@ -32,7 +32,10 @@ def _finish(
     gold_check: Callable[[list[str]], list[bool]] | None,
 ) -> Dataset:
     """Template, `max_prompt_tokens`, gold check: the `prompt` / `answer` dataset the trainer sees."""
-    prompts = [render_prompt(example.question, args.prompt_template, args.system_prompt) for example in examples]
+    prompts = [
+        render_prompt(example.question, args.prompt_template, args.system_prompt, args.chat_examples)
+        for example in examples
+    ]
     if args.max_prompt_tokens is not None:
         if tokenizer is None:
             raise ValueError("max_prompt_tokens needs the model's tokenizer to count prompt tokens; pass tokenizer=.")
@@ -126,7 +129,8 @@ def load_prompt_dataset(
     if len(held_out_keys) > 1:
         raise ValueError(f"Set at most one of {', '.join(held_out_keys)} (they all name the held-out set).")
     if args.prompt_template == "chat" and tokenizer is not None:
-        prompt_text(render_prompt("1+1=", "chat", args.system_prompt), tokenizer, chat_template_kwargs)
+        probe = render_prompt("1+1=", "chat", args.system_prompt, args.chat_examples)
+        prompt_text(probe, tokenizer, chat_template_kwargs)
     sources = data_sources(args)
     held_out_source = eval_source(args, sources)  # checked before any loading, so a bad recipe fails fast
     per_source = [source_examples(load_source(source), source) for source in sources]

@@ -125,6 +125,15 @@ def _is_blank(path: Path, chunk_bytes: int = 1 << 20) -> bool:
     return True
 
 
+# The folders the shipped recipes read their data from, and the command that writes each (the CPU recipes' data is
+# built by their demos, not shipped): a missing file there names the command.
+WRITTEN_BY = {
+    "outputs/demo/data/": "make demo",
+    "outputs/demo-tiny/data/": "make demo-tiny",
+    "outputs/bias/data/": "make bias",
+}
+
+
 def load_local(path: str | Path, *, key: str = "dataset_path", role: str = "") -> Dataset:
     """Load a .jsonl/.json/.parquet/.csv file, or every such file in a folder (all of one format).
 
@@ -132,7 +141,9 @@ def load_local(path: str | Path, *, key: str = "dataset_path", role: str = "") -
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{key} {str(path)!r} does not exist.")
+        writer = next((command for folder, command in WRITTEN_BY.items() if path.as_posix().startswith(folder)), None)
+        hint = f": run `{writer}` first (it writes {path.parent}), or set {key}" if writer else ""
+        raise FileNotFoundError(f"{key} {str(path)!r} does not exist{hint}.")
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _FORMATS)
         if not files:

@@ -38,29 +38,48 @@ TEXT_TEMPLATES: dict[str, str] = {"r1": R1, "qwen_math": QWEN_MATH, "plain": PLA
 TEMPLATES: tuple[str, ...] = ("chat", *TEXT_TEMPLATES)
 
 
-def check_template(template: str, system_prompt: str | None = None) -> None:
-    """Raise a `ValueError` for an unknown `prompt_template`, or a `system_prompt` that the template would ignore."""
+def check_template(template: str, system_prompt: str | None = None, examples: Sequence[Any] | None = None) -> None:
+    """Raise a `ValueError` for an unknown `prompt_template`, or a `system_prompt` or `chat_examples` that the
+    template would ignore, or examples that are not {question, answer} pairs of strings."""
     if template not in TEMPLATES:
         raise ValueError(f"Unknown prompt_template {template!r}. Choose one of: {', '.join(TEMPLATES)}.")
-    if system_prompt and template != "chat":
-        raise ValueError(
-            f"system_prompt is set but prompt_template is {template!r}: only 'chat' uses a system prompt ('r1' and "
-            "'qwen_math' carry their own fixed instruction, 'plain' has none). Remove system_prompt or use "
-            "prompt_template: chat."
-        )
+    for key, value in (("system_prompt", system_prompt), ("chat_examples", examples)):
+        if value and template != "chat":
+            raise ValueError(
+                f"{key} is set but prompt_template is {template!r}: only 'chat' uses it ('r1' and 'qwen_math' carry "
+                f"their own fixed instruction, 'plain' has none). Remove {key} or use prompt_template: chat."
+            )
+    for index, example in enumerate(examples or []):
+        if not (
+            isinstance(example, dict)
+            and set(example) == {"question", "answer"}
+            and all(isinstance(v, str) for v in example.values())
+        ):
+            raise ValueError(
+                f"chat_examples[{index}] must be a mapping {{question: ..., answer: ...}} of two strings, got "
+                f"{example!r}."
+            )
 
 
-def render_prompt(question: str, template: str, system_prompt: str | None = None) -> Prompt:
+def render_prompt(
+    question: str, template: str, system_prompt: str | None = None, examples: Sequence[dict] | None = None
+) -> Prompt:
     """The prompt for `question`: the final string for text templates, a message list for `chat`.
 
     `chat` prompts stay conversational so that TRL applies the tokenizer's chat template (with the recipe's
-    `chat_template_kwargs`) itself, exactly as it does for any conversational dataset.
+    `chat_template_kwargs`) itself, exactly as it does for any conversational dataset. `examples` (the recipe's
+    `chat_examples`, few-shot demonstrations) come first as user/assistant turns, after the system message.
     """
-    check_template(template, system_prompt)
+    check_template(template, system_prompt, examples)
     if not isinstance(question, str):
         raise TypeError(f"question must be a string, got {type(question).__name__}: {question!r}")
     if template == "chat":
         messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        for example in examples or []:
+            messages += [
+                {"role": "user", "content": example["question"]},
+                {"role": "assistant", "content": example["answer"]},
+            ]
         return [*messages, {"role": "user", "content": question}]
     return TEXT_TEMPLATES[template].replace(QUESTION, question)
 

@@ -22,7 +22,9 @@ Modules, each importing only the ones listed before it:
 - `backends`: vLLM and transformers generation;
 - `verdicts`: the reward library's verifier as evaluation verdicts;
 - `code`: code benchmarks, whose programs the code reward's sandbox runs on their tests (pass@k, no maj@k);
+- `tool_eval`: evaluation with the Python tool at a call budget (the training rollout's loop, every turn kept);
 - `report`: summaries, their markdown, comparison tables across runs;
+- `resume`: the samples written so far, and the settings check that keeps runs from mixing;
 - `runner`: `EvalArguments`, resume checks, `run_evaluation` / `evaluate`.
 """
 
@@ -61,7 +63,6 @@ from drgrpo.evaluation.runner import (
     EvalArguments,
     ResolvedBenchmark,
     evaluate,
-    read_samples,
     recipe_prompt_settings,
     resolve_benchmark,
     run_evaluation,
@@ -133,4 +134,5 @@ __all__ = [
 ]
 
 # Private helpers that tests reach as `drgrpo.evaluation.<name>`, kept importable from the package.
-from drgrpo.evaluation.runner import _check_config, _prompt_settings  # noqa: E402, F401
+from drgrpo.evaluation.resume import _check_config, read_samples  # noqa: E402, F401
+from drgrpo.evaluation.runner import _prompt_settings  # noqa: E402, F401

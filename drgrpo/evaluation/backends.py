@@ -104,7 +104,8 @@ class TransformersBackend:
         extra_eos_ids: Sequence[int] = (),
     ):
         import torch
-        from transformers import AutoModelForCausalLM
+
+        from drgrpo.core.adapters import load_causal_lm
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.autocast = False
@@ -115,21 +116,49 @@ class TransformersBackend:
             torch_dtype, self.precision = torch.bfloat16, f"bfloat16 weights (dtype {dtype})"
         else:
             torch_dtype, self.precision = getattr(torch, dtype), f"{dtype} weights (dtype {dtype})"
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(self.device).eval()
+        # A LoRA adapter folder loads as its base with the adapter merged in (drgrpo/core/adapters.py).
+        self.model = load_causal_lm(model_path, dtype=torch_dtype).to(self.device).eval()
         self.tokenizer = tokenizer
         self.eos_ids = _eos_ids(self.model.generation_config, tokenizer, extra_eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
 
     def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
+        completions = self.generate_ids(
+            [r.prompt_ids for r in requests], [r.seed for r in requests], temperature, top_p, max_new_tokens
+        )
+        generations = []
+        for ids in completions:
+            stop = next((i for i, token in enumerate(ids) if token in self.eos_ids), None)
+            kept = ids if stop is None else ids[: stop + 1]  # the stop token counts, as in TRL's completion mask
+            generations.append(
+                Generation(
+                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
+                    num_tokens=len(kept),
+                    truncated=stop is None,
+                )
+            )
+        return generations
+
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        stopping_criteria=None,
+    ) -> list[list[int]]:
+        """The generated ids of each prompt (left-padded batch; rows that stopped early are padded to the longest),
+        each row sampled from its own seed (`SeededSampling`); `stopping_criteria` e.g. the tool's fence stop."""
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
-        width = max(len(r.prompt_ids) for r in requests)
-        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, request in enumerate(requests):  # left padding: every prompt ends where generation starts
-            input_ids[row, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
-            attention_mask[row, width - len(request.prompt_ids) :] = 1
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, ids in enumerate(prompts):  # left padding: every prompt ends where generation starts
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention_mask[row, width - len(ids) :] = 1
         # A clean config: only the budget and the stop tokens, so a checkpoint's own sampling defaults
         # (temperature, top_k, repetition_penalty) cannot leak into the evaluation.
         # transformers fills every field left unset from the checkpoint's generation_config, so the processors that
@@ -145,7 +174,7 @@ class TransformersBackend:
         )
         processors = LogitsProcessorList()
         if temperature > 0:
-            processors.append(SeededSampling([r.seed for r in requests], temperature, top_p))
+            processors.append(SeededSampling(list(seeds), temperature, top_p))
         # One autocast context for the whole call: the weights are cast to bf16 once, not at every new token.
         autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast)
         with torch.inference_mode(), autocast:
@@ -154,20 +183,29 @@ class TransformersBackend:
                 attention_mask=attention_mask.to(self.device),
                 generation_config=config,
                 logits_processor=processors,
+                stopping_criteria=stopping_criteria,
             )
-        completions = output[:, width:].tolist()
-        generations = []
-        for ids in completions:
-            stop = next((i for i, token in enumerate(ids) if token in self.eos_ids), None)
-            kept = ids if stop is None else ids[: stop + 1]  # the stop token counts, as in TRL's completion mask
-            generations.append(
-                Generation(
-                    text=self.tokenizer.decode(kept, skip_special_tokens=True),
-                    num_tokens=len(kept),
-                    truncated=stop is None,
-                )
-            )
-        return generations
+        return output[:, width:].tolist()
+
+    def generate_turn(
+        self,
+        rows: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        budgets: Sequence[int],
+        temperature: float,
+        top_p: float,
+        pieces,
+    ) -> list[tuple[list[int], None]]:
+        """One turn of the Python tool's loop (`drgrpo.rollout.loop`): each row stops at its program's closing
+        fence, an eos or its own token budget (`drgrpo.rollout.generation.TurnStop`)."""
+        from transformers import StoppingCriteriaList
+
+        from drgrpo.rollout.generation import TurnStop
+
+        width = max(len(ids) for ids in rows)
+        stop = TurnStop(pieces, budgets, self.eos_ids, width)
+        ids = self.generate_ids(rows, seeds, temperature, top_p, max(1, max(budgets)), StoppingCriteriaList([stop]))
+        return [(row, None) for row in ids]
 
 
 class VLLMBackend:
@@ -186,6 +224,9 @@ class VLLMBackend:
     ):
         from vllm import LLM
 
+        from drgrpo.core.adapters import whole_model_folder
+
+        model_path = whole_model_folder(model_path)  # vLLM reads a folder: a LoRA adapter's merged model
         self.llm = LLM(
             model=model_path,
             dtype="bfloat16" if dtype == BF16_AUTOCAST else dtype,
@@ -225,3 +266,35 @@ class VLLMBackend:
                 )
             )
         return generations
+
+    def generate_turn(
+        self,
+        rows: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        budgets: Sequence[int],
+        temperature: float,
+        top_p: float,
+        pieces,
+    ) -> list[tuple[list[int], None]]:
+        """One turn of the Python tool's loop: each row's own budget and seed, and the stop string of the usual
+        closing fence (the loop cuts every row on its ids, so a late or early stop gives the same trajectory)."""
+        from vllm import SamplingParams
+
+        from drgrpo.rollout.generation import VLLM_STOP
+
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=temperature,
+                top_p=top_p if temperature > 0 else 1.0,
+                max_tokens=max(1, budget),
+                seed=seed if temperature > 0 else None,
+                stop_token_ids=self.eos_ids,
+                stop=[VLLM_STOP],
+                include_stop_str_in_output=True,
+            )
+            for seed, budget in zip(seeds, budgets, strict=True)
+        ]
+        prompts = [{"prompt_token_ids": list(ids)} for ids in rows]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [(list(output.outputs[0].token_ids), None) for output in outputs]

@@ -74,6 +74,11 @@ PRESETS: dict[str, BenchmarkPreset] = {
     )
 }
 
+# Subsets of presets shipped with the project (data/README.md), named when the hub is out of reach.
+SHIPPED_SUBSETS: dict[str, tuple[str, str]] = {
+    "gsm8k": ("data/gsm8k_test100.jsonl", "the first 100 problems of GSM8K's test split"),
+}
+
 # The order of the Dr.GRPO paper's Table 4, then the rest.
 BENCHMARK_ORDER = ["aime24", "amc", "amc23", "math500", "minerva", "olympiadbench", "gsm8k"]
 

@@ -40,9 +40,14 @@ def problems_from_rows(
 
 
 def load_rows(
-    data: str | None = None, dataset_name: str | None = None, dataset_config: str | None = None, split: str = "test"
+    data: str | None = None,
+    dataset_name: str | None = None,
+    dataset_config: str | None = None,
+    split: str = "test",
+    shipped: tuple[str, str] | None = None,
 ) -> list[dict]:
-    """Rows of a local file (via the data layer's loader) or of a hub dataset split."""
+    """Rows of a local file (via the data layer's loader) or of a hub dataset split. `shipped` (file, what it holds):
+    the project's local subset of the benchmark, named when the hub cannot be reached."""
     if data:
         from drgrpo.data import load_local
 
@@ -55,11 +60,16 @@ def load_rows(
         try:
             return list(load_dataset(dataset_name, dataset_config, split=split))
         except (ConnectionError, OSError) as error:  # offline, or the hub is unreachable
-            from drgrpo.core.errors import RecipeError
+            from drgrpo.core.errors import ROOT, RecipeError
 
+            local = ""
+            if shipped is not None and (ROOT / shipped[0]).is_file():
+                file = shipped[0] if Path(shipped[0]).is_file() else str(ROOT / shipped[0])
+                local = f"The project ships {shipped[1]}: `make eval BENCH={file}` (--data {file}). "
             raise RecipeError(
-                f"Cannot load {dataset_name} ({split}) from the hub: {error}. Without hub access, download the "
-                "benchmark file elsewhere and pass it with --data FILE (the preset still picks the columns)."
+                f"Cannot load {dataset_name} ({split}) from the hub: {str(error).splitlines()[0]}. {local}Without hub "
+                "access, download the benchmark file elsewhere and pass it with --data FILE (the preset still picks "
+                "the columns)."
             ) from error
     raise ValueError("No data: pass a benchmark preset (--benchmark) or a local file (--data FILE).")
 
@@ -78,16 +88,17 @@ def build_prompts(
     template: str,
     system_prompt: str | None = None,
     chat_template_kwargs: dict | None = None,
+    examples: Sequence[dict] | None = None,
 ) -> list[tuple[str, list[int]]]:
     """(prompt text, prompt token ids) for each question, exactly as training builds them.
 
     Uses the template layer (`drgrpo.data.templates`): text templates are rendered and tokenized as TRL tokenizes text
     prompts; `chat` goes through the tokenizer's chat template with `add_generation_prompt=True` and the recipe's
-    `chat_template_kwargs`, as TRL does for conversational prompts.
+    `chat_template_kwargs`, as TRL does for conversational prompts; `examples` are the recipe's `chat_examples`.
     """
     from drgrpo.data.templates import prompt_text, prompt_token_ids, render_prompt
 
-    rendered = [render_prompt(question, template, system_prompt) for question in questions]
+    rendered = [render_prompt(question, template, system_prompt, examples) for question in questions]
     texts = [prompt_text(prompt, tokenizer, chat_template_kwargs) for prompt in rendered]
     ids = prompt_token_ids(rendered, tokenizer, chat_template_kwargs)
     return list(zip(texts, ids, strict=True))

@@ -166,7 +166,25 @@ def comparison_table(
     benchmarks = sorted({b for row in cells.values() for b in row}, key=_benchmark_sort_key)
     if not benchmarks:
         raise ValueError("No evaluation summaries to compare.")
-    titles = [PRESETS[b].title if b in PRESETS else b for b in benchmarks]
+    # How many problems each run had: in the column title when every run of the benchmark had the same number (an
+    # evaluation cut with --max_problems is not the benchmark), else in each cell.
+    sizes: dict[str, dict[str, int]] = {}
+    for summary in summaries:
+        if isinstance(summary.get("num_problems"), int):
+            sizes.setdefault(summary["benchmark"], {})[summary["model"]] = summary["num_problems"]
+    titles = []
+    for benchmark in benchmarks:
+        title = PRESETS[benchmark].title if benchmark in PRESETS else benchmark
+        counts = set(sizes.get(benchmark, {}).values())
+        titles.append(f"{title} ({counts.pop()} problems)" if len(counts) == 1 else title)
+
+    def cell(label: str, benchmark: str, value: float | None) -> str:
+        if value is None:
+            return "–"
+        per_run = sizes.get(benchmark, {})
+        differ = len(set(per_run.values())) > 1 and label in per_run
+        return f"{value:.1f} ({per_run[label]} problems)" if differ else f"{value:.1f}"
+
     lines = [
         "| model | metric (%) | " + " | ".join(titles) + " | Avg. |",
         "|---|---|" + "---:|" * (len(benchmarks) + 1),
@@ -176,7 +194,7 @@ def comparison_table(
         average = sum(values) / len(values) if all(v is not None for v in values) else None
         lines.append(
             f"| {label} | {row_metric[label]} | "
-            + " | ".join("–" if v is None else f"{v:.1f}" for v in values)
+            + " | ".join(cell(label, b, v) for b, v in zip(benchmarks, values, strict=True))
             + f" | {'–' if average is None else f'{average:.1f}'} |"
         )
     notes = []

@@ -12,16 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from drgrpo.algorithm.eos import extra_eos_token_ids
+from drgrpo.core.adapters import tokenizer_folder
 from drgrpo.core.errors import command_flag
 from drgrpo.core.models import resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.evaluation.answers import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
-from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
+from drgrpo.evaluation.benchmarks import PRESETS, SHIPPED_SUBSETS, resolve_preset
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
-from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
+from drgrpo.evaluation.report import SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
+from drgrpo.evaluation.resume import _check_config, read_samples
 from drgrpo.evaluation.sampling import sample_seed
+from drgrpo.evaluation.tool_eval import TOOL_MAX_CALLS_HELP, ToolSession, check_tool_budget
 from drgrpo.evaluation.verdicts import CORRECT, answer_extraction_mode, answers_equivalent, grade_completions
 
 logger = logging.getLogger(__name__)
@@ -31,7 +34,7 @@ logger = logging.getLogger(__name__)
 class EvalArguments:
     """One evaluation: a model, a benchmark (preset or local file), the prompt, the sampling and the output folder."""
 
-    model_name_or_path: str = field(metadata={"help": "Checkpoint folder or hub id of the model to evaluate."})
+    model_name_or_path: str = field(metadata={"help": "A run's output_dir (a LoRA adapter too), short name or hub id."})
     benchmark: str | None = field(
         default=None,
         metadata={"help": f"Preset ({', '.join(PRESETS)}) or a local data file (same as --data)."},
@@ -120,7 +123,10 @@ class EvalArguments:
         },
     )
 
+    tool_max_calls: int = field(default=0, metadata={"help": TOOL_MAX_CALLS_HELP})
+
     def __post_init__(self):
+        check_tool_budget(self.tool_max_calls)
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}.")
         if self.temperature < 0:
@@ -174,7 +180,10 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
         name = preset.name if preset else _sanitize(f"{path.parent.name}_{path.stem}" if generic else path.stem)
     else:
         rows = load_rows(
-            dataset_name=preset.dataset_name, dataset_config=preset.dataset_config, split=args.split or preset.split
+            dataset_name=preset.dataset_name,
+            dataset_config=preset.dataset_config,
+            split=args.split or preset.split,
+            shipped=SHIPPED_SUBSETS.get(preset.name),
         )
         source = f"{preset.dataset_name} ({preset.dataset_config or 'default'}, {args.split or preset.split})"
         name = preset.name
@@ -187,7 +196,7 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
 
 
 _DATA_SUFFIXES = {".jsonl", ".json", ".parquet", ".csv"}
-_TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs", "extra_eos_tokens")
+_TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs", "extra_eos_tokens", "chat_examples")
 
 
 def _recipe_settings(recipe: str | Path | None) -> dict:
@@ -223,7 +232,7 @@ def _prompt_settings(args: EvalArguments) -> tuple[str, str | None, dict]:
     recipe = recipe_prompt_settings(args.recipe) if args.recipe else {}
     template = args.prompt_template or recipe.get("prompt_template") or "chat"
     system_prompt = args.system_prompt if args.system_prompt is not None else recipe.get("system_prompt")
-    check_template(template, system_prompt)
+    check_template(template, system_prompt, recipe.get("chat_examples"))
     kwargs = recipe.get("chat_template_kwargs") or {}
     if args.chat_template_kwargs:
         try:
@@ -245,64 +254,16 @@ def _extra_eos_tokens(args: EvalArguments) -> list[str]:
     return [tokens] if isinstance(tokens, str) else list(tokens or [])
 
 
-def read_samples(path: Path) -> list[dict]:
-    """The rows of a samples file; a torn last line (the run was killed mid-write) is cut off the file."""
-    if not path.exists():
-        return []
-    raw = path.read_bytes()
-    rows, good_end, start = [], 0, 0
-    while start < len(raw):
-        end = raw.find(b"\n", start)
-        if end == -1:  # no newline: an unfinished write
-            break
-        line = raw[start:end].strip()
-        if line:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                line_number = raw.count(b"\n", 0, start) + 1
-                raise ValueError(
-                    f"{path}: line {line_number} is not JSON ({error}); delete the file or rerun with "
-                    f"{command_flag('--overwrite true')}."
-                ) from error
-        good_end = start = end + 1
-    if good_end < len(raw):
-        logger.warning("%s: dropping an unfinished last line left by an interrupted run.", path)
-        with open(path, "r+b") as f:
-            f.truncate(good_end)
-    return rows
-
-
-def _check_config(output_dir: Path, config: dict, overwrite: bool) -> None:
-    config_path = output_dir / CONFIG_FILE
-    if overwrite:
-        for name in (SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, CONFIG_FILE):
-            (output_dir / name).unlink(missing_ok=True)
-    elif config_path.exists():
-        previous = json.loads(config_path.read_text())
-        changed = sorted(k for k in set(previous) | set(config) if previous.get(k) != config.get(k))
-        if changed:
-            details = "; ".join(f"{k}: {previous.get(k)!r} -> {config.get(k)!r}" for k in changed)
-            raise ValueError(
-                f"{output_dir} holds an evaluation with other settings ({details}). Use another output folder "
-                f"({command_flag('--output_dir DIR')}), or {command_flag('--overwrite true')} to start again."
-            )
-    elif (output_dir / SAMPLES_FILE).exists():
-        raise ValueError(
-            f"{output_dir / SAMPLES_FILE} exists without {CONFIG_FILE}; use {command_flag('--overwrite true')}."
-        )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(json.dumps(config, indent=2) + "\n")
-
-
 def run_evaluation(args: EvalArguments) -> dict:
     """Evaluate, resuming from whatever `output_dir/samples.jsonl` already holds; write and return the summary."""
     from transformers import AutoTokenizer
 
-    # A short name becomes its cached folder; a missing folder or an uncached hub id offline fails in one line.
-    model_path = resolve_model(args.model_name_or_path, key="model_name_or_path")
+    # A short name becomes its cached folder; a missing folder or an uncached hub id offline fails in one line. A
+    # LoRA run's output_dir (an adapter) is evaluated as its base with the adapter merged in (drgrpo/core/adapters.py).
+    model_path = resolve_model(args.model_name_or_path, key="model_name_or_path", adapters=True)
     bench = resolve_benchmark(args)
     template, system_prompt, chat_kwargs = _prompt_settings(args)
+    examples = recipe_prompt_settings(args.recipe).get("chat_examples") if args.recipe else None
     mode = extraction_mode(args)
     output_dir = Path(args.output_dir or Path("outputs/eval") / _sanitize(args.model_name_or_path) / bench.name)
     config = {
@@ -324,16 +285,22 @@ def run_evaluation(args: EvalArguments) -> dict:
     extra_eos_tokens = _extra_eos_tokens(args)
     if extra_eos_tokens:  # only when set, so that evaluations written before the key existed still resume
         config["extra_eos_tokens"] = extra_eos_tokens
+    if examples:  # the same: only when the recipe has few-shot turns
+        config["chat_examples"] = examples
+    tool = ToolSession.from_recipe(args.tool_max_calls, _recipe_settings(args.recipe)) if args.tool_max_calls else None
+    if tool is not None:  # B = 0 writes the config as before the tool existed
+        config.update(tool.config())
     _check_config(output_dir, config, args.overwrite)
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder(model_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     extra_eos_ids = extra_eos_token_ids(tokenizer, extra_eos_tokens)  # an unknown token fails before the model loads
-    built = build_prompts(tokenizer, [p.question for p in bench.problems], template, system_prompt, chat_kwargs)
+    questions = [p.question for p in bench.problems]
+    built = build_prompts(tokenizer, questions, template, system_prompt, chat_kwargs, examples)
     prompts = {p.index: prompt for p, prompt in zip(bench.problems, built, strict=True)}
     pending = [
         Request(p.index, s, tuple(prompts[p.index][1]), sample_seed(args.seed, p.index, s))
@@ -348,8 +315,9 @@ def run_evaluation(args: EvalArguments) -> dict:
     if pending:
         try:
             _generate_and_write(
-                args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
-            )
+                args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode,
+                tool,
+            )  # fmt: skip
         except KeyboardInterrupt:
             saved = len(read_samples(samples_path))
             again = "the same make eval command" if os.environ.get("MAKELEVEL") else "the same command"
@@ -369,6 +337,8 @@ def run_evaluation(args: EvalArguments) -> dict:
     }
     if bench.answer_format == CODE_TESTS:  # programs have no answer to vote on
         summary.pop(f"maj@{args.n}")
+    if tool is not None:
+        summary.update(tool.summary(rows))
     (output_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
     (output_dir / SUMMARY_MD).write_text(summary_markdown(summary))
     summary["output_dir"] = str(output_dir)
@@ -376,7 +346,7 @@ def run_evaluation(args: EvalArguments) -> dict:
 
 
 def _generate_and_write(
-    args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode
+    args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode, tool=None
 ) -> None:
     from tqdm.auto import tqdm
 
@@ -414,7 +384,9 @@ def _generate_and_write(
             batch = pending[start : start + batch_size]
             if backend_name == "transformers" and backend.device == "cpu":
                 adapt_torch_threads()  # the cores other processes leave free (drgrpo/core/threads.py)
-            generations = backend.generate(batch, args.temperature, args.top_p, args.max_new_tokens)
+            # With the Python tool: its loop, graded on the policy's own text (drgrpo/evaluation/tool_eval.py).
+            generate = backend.generate if tool is None else functools.partial(tool.generate, backend, tokenizer)
+            generations = generate(batch, args.temperature, args.top_p, args.max_new_tokens)
             grades = grade(
                 [g.text for g in generations],
                 [golds[r.problem_index] for r in batch],
@@ -435,6 +407,8 @@ def _generate_and_write(
                     "num_tokens": generation.num_tokens,
                     "truncated": generation.truncated,
                 }
+                if tool is not None:
+                    row.update(generation.record())  # every turn: its text, program, observation, status
                 lines.append(json.dumps(row, ensure_ascii=False) + "\n")
             out.write("".join(lines))  # one write per batch: a kill leaves at most one torn line
             out.flush()

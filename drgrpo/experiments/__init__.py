@@ -8,8 +8,13 @@ Modules, each importing only the ones listed before it:
 - `tasks`: the tiny demo's verifiable task (two-digit additions, train and held-out splits);
 - `arithmetic_task`: the real demo's chat additions (`What is 17 + 21? ...`), held out by operand pair;
 - `tiny`: a tiny Qwen3-architecture model with a character-level tokenizer, built from a seed;
+- `load`: the load average while something runs, and a resumed run's wall time over its commands;
+- `budget`: a wall-clock budget for one command of a long experiment (stop at a safe point, rerun to continue);
 - `demo`: `make demo-tiny`: warm start, Dr.GRPO, held-out accuracy before and after, on the tiny model;
 - `smollm2_demo`: `make demo`: SmolLM2-135M-Instruct trained with Dr.GRPO, evaluated before and after;
-- `comparison`: `make compare` (SmolLM2) and `make compare-tiny`: GRPO vs Dr.GRPO from the same start;
-- `bias`: `make bias`: what Dr.GRPO fixes, measured (a subpackage).
+- `product_task`: the tool demo's products of a four- and a three-digit number, held out by operands;
+- `tools_demo`: `make demo-tools`: SmolLM2 trained with the Python tool, evaluated at call budgets 0 and 4;
+- `comparison`: `make compare` (SmolLM2, and its long task) and `make compare-tiny`: GRPO vs Dr.GRPO from the same
+  start;
+- `bias`: `make bias` and `make bias-real`: what Dr.GRPO fixes, measured (a subpackage).
 """

@@ -1,10 +1,19 @@
 """GRPO vs Dr.GRPO from the same start: train both recipes with the same seed, model and data, evaluate both on the
 held-out problems, and write the overlay plot and a markdown summary of what was measured.
 
-Two tasks: `smollm2` (`make compare`), SmolLM2-135M-Instruct on the real demo's chat additions
-(`recipes/smollm2_135m_{grpo,drgrpo}.yaml`, data from `drgrpo.experiments.arithmetic_task`), and `tiny`
-(`make compare-tiny`), the tiny demo's warm-started model (`drgrpo.experiments.demo`, reused when `make demo-tiny`
-built it). The summary reports the numbers whichever way they come out, and one seed is one sample.
+Three tasks: `smollm2` (`make compare`), SmolLM2-135M-Instruct on the real demo's chat additions
+(`recipes/smollm2_135m_{grpo,drgrpo}.yaml`, data from `drgrpo.experiments.arithmetic_task`), 15 steps; `smollm2-long`
+(`make compare ARGS="--task smollm2-long --seeds 0 1 2"`, run by `make bias-real`, docs/bias.md), the same model and
+problems trained long enough for lengths to move (`recipes/smollm2_135m_long_{grpo,drgrpo}.yaml`: 60 steps, answers
+up to 128 tokens, resumable); and `tiny` (`make compare-tiny`), the tiny demo's warm-started model
+(`drgrpo.experiments.demo`, reused when `make demo-tiny` built it). The summary reports the numbers whichever way they
+come out, and one seed is one sample.
+
+With `resume` (the long task's default) a run that finished is kept (its `row.json`), one that was killed continues
+from its newest checkpoint, and an evaluation from its saved samples, so that an interrupted comparison loses at most
+the steps since the last checkpoint. With a `deadline` (drgrpo/experiments/budget.py) a run stops at the first step
+past it with a checkpoint saved, and no evaluation starts past it (`OutOfTime`); a run's wall time and load add up
+over the commands it took (`wall_time.json`).
 """
 
 from __future__ import annotations
@@ -16,18 +25,29 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drgrpo.observe import metric_names as d
 from drgrpo.observe.plotting import metric_series, plot_runs
+
+if TYPE_CHECKING:
+    from drgrpo.experiments.budget import Deadline
 
 logger = logging.getLogger(__name__)
 
 
 RECIPES = {
     "smollm2": ("recipes/smollm2_135m_grpo.yaml", "recipes/smollm2_135m_drgrpo.yaml"),
+    "smollm2-long": ("recipes/smollm2_135m_long_grpo.yaml", "recipes/smollm2_135m_long_drgrpo.yaml"),
     "tiny": ("recipes/tiny_grpo.yaml", "recipes/tiny_drgrpo.yaml"),
 }
-TITLES = {"smollm2": "SmolLM2-135M-Instruct on chat additions", "tiny": "the tiny addition task"}
+TITLES = {
+    "smollm2": "SmolLM2-135M-Instruct on chat additions",
+    "smollm2-long": "SmolLM2-135M-Instruct on chat additions, 60 steps",
+    "tiny": "the tiny addition task",
+}
+RUN_ROW = "row.json"  # a finished run's summary row and curves, written after its evaluation
+RUN_WALL_TIME = "wall_time.json"  # one (seconds, load) segment per command that trained the run
 
 
 @dataclass
@@ -42,11 +62,22 @@ class CompareSettings:
     data_seed: int = 0
     final_window: int = 5
     overrides: tuple[str, ...] = field(default_factory=tuple)
+    data_dir: str | None = None  # smollm2 tasks: where the task files go (default output_dir/data)
+    num_test: int = 200  # smollm2 tasks: held-out problems
+    baseline_dir: str | None = None  # the starting model's held-out evaluation (default output_dir/eval/start)
+    resume: bool | None = None  # keep finished runs, continue killed ones (None: on for smollm2-long only)
+    # Held-out: a sample cut at the budget counts wrong, as training scores it (None: on for smollm2-long only).
+    truncated_as_wrong: bool | None = None
+    deadline: Deadline | None = None  # stop at the first safe point past it (drgrpo/experiments/budget.py)
 
     def __post_init__(self) -> None:
         if self.task not in RECIPES:
             raise ValueError(f"task {self.task!r}: choose one of {', '.join(RECIPES)}.")
         self.recipes = tuple(self.recipes) or RECIPES[self.task]
+        if self.resume is None:
+            self.resume = self.task == "smollm2-long"
+        if self.truncated_as_wrong is None:
+            self.truncated_as_wrong = self.task == "smollm2-long"
 
 
 @dataclass(frozen=True)
@@ -72,7 +103,8 @@ def starting_point(settings: CompareSettings) -> StartingPoint:
     if "--model_name_or_path" in settings.overrides:
         model = settings.overrides[settings.overrides.index("--model_name_or_path") + 1]
     resolve_model(model)  # not prepared: one line naming `make smollm2`, before anything is trained
-    data = write_chat_addition_task(Path(settings.output_dir) / "data", seed=settings.data_seed)
+    data_dir = Path(settings.data_dir or Path(settings.output_dir) / "data")
+    data = write_chat_addition_task(data_dir, seed=settings.data_seed, num_test=settings.num_test)
     return StartingPoint(model, data["train"], data["test"], "chat")
 
 
@@ -91,8 +123,17 @@ def ensure_demo_assets(demo_dir: str | Path, seed: int = 0) -> tuple[Path, Path,
     return model, data["train"], data["test"]
 
 
-def held_out_evaluation(model, test_file: Path, output_dir: Path, max_new_tokens: int, prompt_template: str) -> dict:
-    """Greedy held-out evaluation by the project's evaluator, prompted as in training."""
+def held_out_evaluation(
+    model,
+    test_file: Path,
+    output_dir: Path,
+    max_new_tokens: int,
+    prompt_template: str,
+    resume: bool = False,
+    truncated_as_wrong: bool = False,
+) -> dict:
+    """Greedy held-out evaluation by the project's evaluator, prompted as in training (continued from its saved
+    samples with `resume`; a sample cut at `max_new_tokens` counted wrong with `truncated_as_wrong`)."""
     from drgrpo.evaluation import evaluate
 
     return evaluate(
@@ -105,7 +146,8 @@ def held_out_evaluation(model, test_file: Path, output_dir: Path, max_new_tokens
         temperature=0.0,
         max_new_tokens=max_new_tokens,
         output_dir=str(output_dir),
-        overwrite=True,  # both runs are retrained each time: never resume from an earlier comparison's samples
+        overwrite=not resume,  # runs retrained from scratch must not resume from an earlier comparison's samples
+        truncated_as_wrong=truncated_as_wrong,
         progress=prompt_template != "plain",  # a bar for the real model's minutes, none for the tiny one's seconds
     )
 
@@ -136,7 +178,18 @@ def run_summary(label: str, algorithm: str, history: Sequence[Mapping], evaluati
         "eval_length_correct": evaluation.get("mean_length_correct"),
         "eval_length_incorrect": evaluation.get("mean_length_incorrect"),
         "eval_problems": evaluation.get("num_problems"),
+        "eval_truncation_rate": evaluation.get("truncation_rate"),
+        "eval_tokens_per_correct": tokens_per_correct(evaluation),
     }
+
+
+def tokens_per_correct(evaluation: Mapping) -> float | None:
+    """Tokens generated on the held-out problems per right answer, `mean_length / pass@1` (the paper's token
+    efficiency: Dr.GRPO's claim is the same accuracy for fewer tokens); None without a right answer."""
+    accuracy, length = evaluation.get("pass@1"), evaluation.get("mean_length")
+    if not accuracy or length is None:
+        return None
+    return length / accuracy
 
 
 PER_STEP = {"pass_rate": d.PASS_RATE, "length_correct": d.LENGTH_CORRECT, "length_incorrect": d.LENGTH_INCORRECT,
@@ -252,49 +305,91 @@ def difference_notes(first: Mapping, second: Mapping) -> list[str]:
 
 def run_comparison(settings: CompareSettings) -> dict:
     """Train and evaluate both recipes, write `curves.png`, `summary.md` and `summary.json`; return the summary."""
-    from drgrpo.recipe.cli import parse_recipe
-    from drgrpo.run.training import train
-
     start = time.perf_counter()
     out = Path(settings.output_dir)
     begin = starting_point(settings)
-    model, train_file, test_file = begin.model, begin.train_file, begin.test_file
-
-    def held_out(model_dir, name: str, budget: int) -> dict:
-        return held_out_evaluation(model_dir, test_file, out / "eval" / name, budget, begin.prompt_template)
-
+    baseline_dir = Path(settings.baseline_dir) if settings.baseline_dir else out / "eval" / "start"
     rows, histories = [], {}
     baseline = None
     for recipe in settings.recipes:
-        name = Path(recipe).stem
-        overrides = [
-            "--model_name_or_path", str(model), "--dataset_path", str(train_file),
-            "--output_dir", str(out / name), "--seed", str(settings.seed), "--logging_steps", "1",
-            "--save_strategy", "no", "--report_to", "none",
-            "--overwrite_output_dir", "true",  # each comparison retrains both runs from the same start
-            *settings.overrides,
-        ]  # fmt: skip
-        script_args, training_args, model_args = parse_recipe([recipe, *overrides])
-        label = "Dr.GRPO" if training_args.dr_grpo else "GRPO"
-        run_start = time.perf_counter()
-        trainer = train(script_args, training_args, model_args)
-        train_seconds = time.perf_counter() - run_start
-        history = trainer.state.log_history
-        budget = training_args.max_completion_length
+        row, history = compare_one(recipe, settings, begin)
         if baseline is None:
-            baseline = held_out(model, "start", budget)
-        evaluation = held_out(out / name, name, budget)
-        row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
-        row["train_seconds"] = round(train_seconds, 1)
-        row["per_step"] = per_step(history)
+            if settings.deadline is not None:
+                settings.deadline.check("the starting model's held-out evaluation")
+            baseline = held_out_evaluation(
+                begin.model,
+                begin.test_file,
+                baseline_dir,
+                row["budget"],
+                begin.prompt_template,
+                settings.resume,
+                settings.truncated_as_wrong,
+            )
         rows.append(row)
-        histories[label] = history
+        histories[row["run"]] = history
     plot_runs(histories, out / "curves.png", title=f"GRPO vs Dr.GRPO, {TITLES[settings.task]} (same seed and data)")
     notes = difference_notes(rows[0], rows[1]) if len(rows) == 2 else []
     markdown = comparison_markdown(rows, baseline, notes, settings.final_window, TITLES[settings.task])
     (out / "summary.md").write_text(markdown)
-    summary = {"task": settings.task, "model": model, "runs": rows,
-               "start_pass_at_1": baseline["pass@1"] if baseline else None, "notes": notes,
+    summary = {"task": settings.task, "model": begin.model, "seed": settings.seed, "runs": rows,
+               "start_pass_at_1": baseline["pass@1"] if baseline else None,
+               "start_tokens_per_correct": tokens_per_correct(baseline) if baseline else None, "notes": notes,
                "total_seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def compare_one(recipe: str, settings: CompareSettings, begin: StartingPoint) -> tuple[dict, list]:
+    """Train one recipe from the starting point and evaluate it: (summary row, log history). With `resume`, a run whose
+    `row.json` exists is read back instead, and an unfinished one continues from its newest checkpoint."""
+    from drgrpo.experiments.budget import Deadline, DeadlineCallback, OutOfTime
+    from drgrpo.experiments.load import LoadSampler, add_segment, segments_total
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
+
+    out = Path(settings.output_dir)
+    name = Path(recipe).stem
+    saved = out / name / RUN_ROW
+    if settings.resume and saved.is_file():
+        record = json.loads(saved.read_text())
+        logger.warning("Keeping the finished run %s (delete %s to train it again)", out / name, saved)
+        row = record["row"]
+        row["per_step"] = {k: {int(step): v for step, v in s.items()} for k, s in row["per_step"].items()}
+        return row, record["history"]
+    overrides = [
+        "--model_name_or_path", str(begin.model), "--dataset_path", str(begin.train_file),
+        "--output_dir", str(out / name), "--seed", str(settings.seed), "--logging_steps", "1", "--report_to", "none",
+    ]  # fmt: skip
+    if not settings.resume:  # each quick comparison retrains both runs from the same start
+        overrides += ["--save_strategy", "no", "--overwrite_output_dir", "true"]
+    script_args, training_args, model_args = parse_recipe([recipe, *overrides, *settings.overrides])
+    label = "Dr.GRPO" if training_args.dr_grpo else "GRPO"
+    deadline = settings.deadline or Deadline()
+    deadline.check(f"training {out / name}")
+    wall_time = out / name / RUN_WALL_TIME
+    if not settings.resume:
+        wall_time.unlink(missing_ok=True)
+    run_start = time.perf_counter()
+    with LoadSampler() as load:
+        trainer = train(script_args, training_args, model_args, callbacks=[DeadlineCallback(deadline)])
+    add_segment(wall_time, time.perf_counter() - run_start, load.mean)
+    history, reached = trainer.state.log_history, trainer.state.global_step
+    budget = training_args.max_completion_length
+    del trainer
+    if reached < training_args.max_steps:
+        raise OutOfTime(f"{out / name} stopped at step {reached} of {training_args.max_steps} (checkpoint saved)")
+    deadline.check(f"the held-out evaluation of {out / name}")
+    evaluation = held_out_evaluation(
+        out / name,
+        begin.test_file,
+        out / "eval" / name,
+        budget,
+        begin.prompt_template,
+        settings.resume,
+        settings.truncated_as_wrong,
+    )
+    row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
+    train_seconds, train_load = segments_total(wall_time)
+    row.update(train_seconds=train_seconds, train_load=train_load, budget=budget, per_step=per_step(history))
+    saved.write_text(json.dumps({"row": row, "history": history}, indent=1) + "\n")
+    return row, history

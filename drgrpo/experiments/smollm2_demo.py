@@ -142,6 +142,7 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "--output_dir", str(out / "model"),
         "--seed", str(settings.seed),
         "--overwrite_output_dir", "true",  # the demo retrains each run; only the demo writes here
+        "--save_strategy", "no",  # so a checkpoint would never be resumed: none is written (the recipe writes them)
         *settings.rl_overrides,
     ]  # fmt: skip
     script_args, training_args, model_args = parse_recipe([settings.recipe, *overrides])

@@ -8,5 +8,6 @@ Modules, each importing only the ones listed before it:
 - `diagnostics`: `DiagnosticsArguments` (the warnings' settings) and the per-step diag/ metrics;
 - `failure_warnings`: the conditions that name a known failure (the truncation collapse among them) and the callback
   that warns while it happens;
+- `step_log`: the one line a run prints per logged step (the whole metrics dict goes to log_history.jsonl);
 - `plotting`: training-curve panels from `trainer_state.json`, several runs overlaid (PNG).
 """

@@ -41,3 +41,15 @@ DYNAMIC_SAMPLING_PADDING_TOKENS = "dynamic_sampling/padding_tokens"  # prompt + 
 # every generated round; they are logged under this prefix, and TRL's own names describe the batch trained on.
 DYNAMIC_SAMPLING_GENERATED_PREFIX = "dynamic_sampling/generated_"
 TRL_NUM_TOKENS = "num_tokens"
+
+# Tool-integrated RL (python_tool: true, drgrpo/rollout/): per step, over every rank's answers.
+TOOL_PREFIX = PREFIX + "tool/"
+TOOL_CALLS_PER_ANSWER = TOOL_PREFIX + "calls_per_answer"
+TOOL_ERROR_RATE = TOOL_PREFIX + "error_rate"  # share of the programs run that raised or exited non-zero
+TOOL_TIMEOUT_RATE = TOOL_PREFIX + "timeout_rate"  # share of the programs run that ran past tool_timeout
+TOOL_VOID_ANSWERS = TOOL_PREFIX + "void_answers"  # share of answers ending with neither a program nor the answer
+TOOL_CALL_BUDGET_EXHAUSTED = TOOL_PREFIX + "call_budget_exhausted"  # share of answers ended by tool_max_calls
+TOOL_TOKEN_BUDGET_EXHAUSTED = TOOL_PREFIX + "token_budget_exhausted"  # share cut by max_completion_length
+TOOL_CUT_IN_CODE = TOOL_PREFIX + "cut_inside_code"  # share cut by max_completion_length inside an open program
+TOOL_MODEL_TOKENS = TOOL_PREFIX + "model_tokens"  # mean generated tokens per answer (trained on)
+TOOL_OUTPUT_TOKENS = TOOL_PREFIX + "tool_tokens"  # mean observation tokens per answer (masked out of the loss)

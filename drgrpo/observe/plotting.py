@@ -1,7 +1,9 @@
 """Training-curve panels from `trainer_state.json` log histories, several runs overlaid (matplotlib, PNG).
 
 The panels are the background note's section 5 watch list: reward and pass rate, length of correct vs incorrect
-completions, the share of groups that carry no signal, entropy, KL, clip fraction, truncation, and the learning rate.
+completions, the share of groups that carry no signal, entropy, KL, clip fraction, truncation, and the learning rate;
+with the Python tool (`python_tool: true`), its programs per answer, their failures, how answers ended, and the model's
+tokens vs the tool's.
 """
 
 from __future__ import annotations
@@ -59,6 +61,33 @@ PANELS: tuple[Panel, ...] = (
     Panel("Clip fraction", "share of tokens", ((d.TRL_CLIP_FRACTION, "clipped"),)),
     Panel("Truncated completions", "share of completions", ((d.TRUNCATION_RATE, "truncated"),)),
     Panel("Learning rate", "lr", ((d.LEARNING_RATE, "lr"),)),
+    Panel(
+        "Python tool: programs and failures",
+        "per answer / per program",
+        (
+            (d.TOOL_CALLS_PER_ANSWER, "programs per answer"),
+            (d.TOOL_ERROR_RATE, "errors"),
+            (d.TOOL_TIMEOUT_RATE, "timeouts"),
+        ),  # fmt: skip
+        "not logged: no tool (python_tool: false)",
+    ),
+    Panel(
+        "Python tool: how answers ended",
+        "share of answers",
+        (
+            (d.TOOL_VOID_ANSWERS, "void (no program, no answer)"),
+            (d.TOOL_CALL_BUDGET_EXHAUSTED, "call budget"),
+            (d.TOOL_TOKEN_BUDGET_EXHAUSTED, "token budget"),
+            (d.TOOL_CUT_IN_CODE, "token budget, inside a program"),
+        ),  # fmt: skip
+        "not logged: no tool (python_tool: false)",
+    ),
+    Panel(
+        "Python tool: model vs tool tokens",
+        "tokens per answer",
+        ((d.TOOL_MODEL_TOKENS, "model (trained)"), (d.TOOL_OUTPUT_TOKENS, "tool output (masked)")),
+        "not logged: no tool (python_tool: false)",
+    ),
 )
 
 

@@ -90,7 +90,8 @@ def dynamic_sampling_lines(plan: DynamicSamplingPlan) -> list[str]:
 
 
 def family_findings(args: Any) -> list[Finding]:
-    """Cautions for the family keys: the reference model a KL in the reward loads."""
+    """Cautions for the family keys: the reference model a KL in the reward loads; what the Python tool's turns mean for
+    max_completion_length."""
     findings = []
     if getattr(args, "kl_in_reward_coef", 0) > 0:
         findings.append(
@@ -100,6 +101,19 @@ def family_findings(args: Any) -> list[Finding]:
                 "a KL in the reward loads a reference model (one more copy of the weights, sharded like the policy "
                 "under ZeRO-3) and runs one more forward pass per completion; the memory estimates above leave it out.",
                 "leave headroom for it, or set kl_in_reward_coef: 0.",
+            )
+        )
+    if getattr(args, "python_tool", False):
+        findings.append(
+            Finding(
+                "warning",
+                "python_tool",
+                f"with the Python tool, max_completion_length ({args.max_completion_length}) counts the whole answer: "
+                f"the model's tokens and the tool outputs' (masked out of the loss, up to {args.tool_max_calls} "
+                f"outputs of {args.tool_output_chars} characters each), and the dr_grpo loss divides by it; the "
+                "context and memory figures above hold for that whole answer. Generation runs once per turn, up to "
+                f"{args.tool_max_calls + 1} rounds per rollout, with programs run in the sandbox between them.",
+                "size max_completion_length for the model's text plus the tool outputs (docs/tools.md).",
             )
         )
     return findings

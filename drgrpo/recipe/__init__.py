@@ -11,6 +11,7 @@ Modules, each importing only the ones listed before it:
 - `parser`: `RecipeParser`, TRL's `TrlParser` with grouped `--help` and one-line errors;
 - `cli`: `parse_recipe`, the whole parse of a recipe command line;
 - `preflight`: a recipe parsed for any target world size (`--explain`, `--show_prompts`, the planner);
+- `launch_script`: a verl launch script's words as bash passes them (variables and `$((...))` expanded);
 - `verl_config`: a verl config file as verl reads it, verl's keys and defaults, and verl's own checks;
 - `verl`: a verl PPO-trainer config converted into a recipe.
 """

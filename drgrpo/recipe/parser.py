@@ -28,6 +28,7 @@ from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.errors import RecipeError
 from drgrpo.data import DataArguments
 from drgrpo.observe.diagnostics import DiagnosticsArguments
+from drgrpo.rollout.arguments import ToolArguments
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import OutputDirArguments
 from rewards import RewardArguments
@@ -49,6 +50,7 @@ GROUPS: tuple[tuple[type, str], ...] = (
     (FamilyArguments, "GRPO family: baseline, KL in the reward, dynamic sampling"),
     (DataArguments, "data and prompts"),
     (RewardArguments, "rewards"),
+    (ToolArguments, "Python tool: multi-turn rollout (docs/tools.md)"),
     (DiagnosticsArguments, "diagnostics"),
     (EosArguments, "end-of-answer tokens"),
     (StepSpeedArguments, "speed: bf16 on CPU, padding, the LM head"),

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from drgrpo.core.errors import RecipeError
 from drgrpo.recipe.cli import BATCH_KEYS, parse_recipe, require_recipe
 from drgrpo.recipe.file import read_header, recipe_argv, recipe_path
 
@@ -52,9 +53,14 @@ def parse_for_planning(recipe: str | Path, overrides: Sequence[str] = ()) -> tup
     # Imported here, not at the top, for speed: `scripts/train.py` imports this module, and a wrong recipe path must
     # be reported before torch and TRL load (10 s or more).
     from drgrpo.algorithm.config import DrGRPOConfig
+    from drgrpo.data.sources import data_sources
 
     values = recipe_values(recipe, overrides)
     script_args, args, model_args = parse_recipe([str(recipe), *overrides], preflight=True)
+    try:  # a recipe without data (or with a malformed mixture) cannot train: refused here, not after a plan of it
+        data_sources(script_args)
+    except ValueError as error:
+        raise RecipeError(f"recipe {recipe}: {error}") from error
     defaults = {f.name: f.default for f in dataclasses.fields(DrGRPOConfig)}
     batch = {key: values.get(key, defaults[key]) for key in BATCH_KEYS}
     return script_args, args, model_args, batch

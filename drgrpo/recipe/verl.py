@@ -26,10 +26,12 @@ from drgrpo.recipe.verl_config import (
     CRITIC_ESTIMATORS,
     GROUP_ESTIMATORS,
     MODEL,
+    NEEDS_ITS_VALUE,
     ROLLOUT,
     VERL_DEFAULTS,
     VERL_LOSS_AGG_MODES,
     batch_problems,
+    shell_variables,
     unknown_key_reason,
     value_problems,
 )
@@ -115,6 +117,10 @@ INFRASTRUCTURE = {
     "data.filter_overlong_prompts": "max_prompt_tokens (from data.max_prompt_length) already drops longer prompts",
     "data.truncation": "max_prompt_tokens drops, never truncates, a longer prompt",
 }
+NO_DATA = (
+    "the verl config sets no data.train_files, so the recipe has no dataset_path: set it (or dataset_name / "
+    "dataset_mixture) before training; plan.py and --explain refuse the recipe until then"
+)
 # Order of the keys in the written recipe: model, data, rewards, algorithm, batch, optimiser, generation, logging.
 ORDER = (
     "model_name_or_path", "dataset_path", "dataset_test_path", "prompt_column", "max_prompt_tokens", "reward_funcs",
@@ -142,7 +148,9 @@ class Conversion:
     unmapped: dict[str, str] = field(default_factory=dict)
     lossy: dict[str, str] = field(default_factory=dict)
     invalid: list[str] = field(default_factory=list)
+    unset: dict[str, list[str]] = field(default_factory=dict)  # shell variable -> the keys that need it (refused)
     notes: list[str] = field(default_factory=list)
+    expanded: dict[str, str] = field(default_factory=dict)  # environment variables a launch script's values used
     world_size: int | None = None
     given: set[str] = field(default_factory=set, repr=False)  # the keys the verl config sets (the rest: defaults)
 
@@ -163,11 +171,16 @@ def convert_verl(flat: dict[str, Any], *, source: str = "verl config") -> Conver
         reason = unknown_key_reason(key)
         if reason is not None:
             out.lossy[key] = reason
-    # `${a.b}` left after read_verl_config (another file's key, a resolver) or a launch script's `$VAR`: unknown here.
+    # `${a.b}` left after read_verl_config (another file's key, a resolver) or a launch script's `$VAR` that is set
+    # neither in the script nor in the environment (drgrpo/recipe/launch_script.py): unknown here.
     unresolved = {key for key, value in flat.items() if isinstance(value, str) and "$" in value}
     for key in sorted(unresolved):
         why = f"{flat[key]}: an interpolation or shell variable this converter cannot resolve"
-        if key in DIRECT or key in COMBINED:
+        variables = shell_variables(flat[key])
+        if key in NEEDS_ITS_VALUE and variables:  # a recipe without its data, model or batch size: never written
+            for name in variables:
+                out.unset.setdefault(name, []).append(key)
+        elif key in DIRECT or key in COMBINED:
             out.lossy[key] = f"{why}; set the value by hand (converted as if unset: verl's default, else the recipe's)"
         else:
             out.unmapped[key] = why
@@ -175,7 +188,7 @@ def convert_verl(flat: dict[str, Any], *, source: str = "verl config") -> Conver
         if value is None:
             out.unmapped[key] = "null in the verl config (unset)"
     out.invalid += value_problems({key: value for key, value in flat.items() if key not in unresolved})
-    if out.invalid:
+    if out.invalid or out.unset:
         return out
     set_values = {key: value for key, value in flat.items() if value is not None and key not in unresolved}
     config = {**VERL_DEFAULTS, **set_values}
@@ -430,6 +443,13 @@ def format_recipe(conversion: Conversion, source: str) -> str:
         "# (in place of verl's FSDP): accelerate launch --config_file accelerate_configs/zero3.yaml scripts/train.py "
         "RECIPE",
     ]
+    if "dataset_path" not in conversion.recipe:
+        lines.append(f"# NO DATASET: {NO_DATA}")
+    if conversion.expanded:
+        lines.append(
+            "# Shell variables expanded from the environment when converted (as bash would): "
+            + ", ".join(f"${name}={value}" for name, value in sorted(conversion.expanded.items()))
+        )
     if conversion.lossy:
         lines.append("# NOT FAITHFUL to the verl run (written with --allow_lossy; verl key: what differs):")
         lines += [f"#   {key}: {why}" for key, why in sorted(conversion.lossy.items())]

@@ -10,15 +10,17 @@ normalisation, so that `drgrpo.recipe.verl` refuses what verl refuses (with verl
 from __future__ import annotations
 
 import difflib
+import os
 import re
-import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from drgrpo.core.errors import RecipeError, RecipeFileNotFoundError
+from drgrpo.recipe.launch_script import script_words
 
 ACTOR = "actor_rollout_ref.actor."
 ROLLOUT = "actor_rollout_ref.rollout."
@@ -97,6 +99,22 @@ VERL_DEFAULTS: dict[str, Any] = {
     "trainer.save_freq": -1,
     "trainer.test_freq": -1,
 }
+# Keys whose value a recipe cannot do without (its data, its model, its batch sizes): one that uses an unset shell
+# variable refuses the conversion, --allow_lossy or not, naming the variable.
+NEEDS_ITS_VALUE = {
+    "data.train_files", "data.val_files", MODEL + "path", "data.train_batch_size", "data.gen_batch_size",
+    ACTOR + "ppo_mini_batch_size", ACTOR + "ppo_micro_batch_size_per_gpu", ROLLOUT + "n", "trainer.n_gpus_per_node",
+    "trainer.nnodes",
+}  # fmt: skip
+# `$NAME`, `${NAME}`, `${NAME:-...}`: a shell variable (a Hydra interpolation `${a.b}` has a dot, and is not one).
+_SHELL_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?![A-Za-z0-9_.])")
+
+
+def shell_variables(value: str) -> list[str]:
+    """The shell variables a value left unexpanded still names (`$HOME/data` -> ["HOME"])."""
+    return _SHELL_VARIABLE.findall(value)
+
+
 # Estimators with a group baseline that this trainer implements, by verl name; every other one is refused.
 GROUP_ESTIMATORS = {"grpo": "grpo", "grpo_vectorized": "grpo", "rloo": "rloo", "rloo_vectorized": "rloo"}
 CRITIC_ESTIMATORS = {"gae"}
@@ -215,12 +233,28 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def read_verl_config(path: str | Path) -> dict[str, Any]:
-    """Flat `{dotted.key: value}` of a verl Hydra YAML, or of the `key=value` overrides in a launch script.
+@dataclass
+class VerlSource:
+    """A verl config as read: its flat keys, and the shell variables a launch script's values were expanded from."""
+
+    flat: dict[str, Any]
+    from_environment: dict[str, str] = field(default_factory=dict)
+    from_script: dict[str, str] = field(default_factory=dict)
+
+
+def read_verl_config(path: str | Path, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Flat `{dotted.key: value}` of a verl Hydra YAML, or of the `key=value` overrides in a launch script (its
+    variables expanded from the script and `environ`, default the process environment, as bash would)."""
+    return read_verl_source(path, environ).flat
+
+
+def read_verl_source(path: str | Path, environ: Mapping[str, str] | None = None) -> VerlSource:
+    """`read_verl_config` with the variables that were expanded (`drgrpo.recipe.launch_script`).
 
     A missing file, YAML that does not parse or a script line that is not shell syntax is a `RecipeError` naming the
     file (and line)."""
     file = Path(path)
+    source = VerlSource({})
     if not file.is_file():
         where = "is a folder, not a file" if file.is_dir() else f"not found (from {Path.cwd()})"
         raise RecipeFileNotFoundError(
@@ -240,18 +274,13 @@ def read_verl_config(path: str | Path) -> dict[str, Any]:
             raise ValueError(f"{path}: a verl YAML config must be a mapping of sections (algorithm:, data:, ...).")
         flat = {key: _number_or_text(value) for key, value in _flatten(tree).items() if key != "defaults"}
     else:
-        joined = re.sub(r"\\\n", " ", text)
+        try:
+            words = script_words(text, os.environ if environ is None else environ)
+        except ValueError as error:  # "No closing quotation"
+            raise RecipeError(f"verl config {str(path)!r}: cannot read it as a shell script ({error}).") from error
+        source.from_environment, source.from_script = words.from_environment, words.from_script
         flat = {}
-        for line in joined.splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if line.startswith("#"):
-                continue
-            try:
-                tokens = shlex.split(line)
-            except ValueError as error:  # "No closing quotation"
-                raise RecipeError(
-                    f"verl config {str(path)!r}: cannot read {line[:60]!r} as shell ({error})."
-                ) from error
+        for tokens in words.lines:
             for token in tokens:
                 match = re.fullmatch(r"\+{0,2}([A-Za-z_][\w.]*)=(.*)", token, flags=re.DOTALL)
                 if match:
@@ -262,4 +291,5 @@ def read_verl_config(path: str | Path) -> dict[str, Any]:
     for key, value in flat.items():
         if isinstance(value, str) and re.fullmatch(r"\$\{[\w.]+\}", value) and value[2:-1] in flat:
             flat[key] = flat[value[2:-1]]
-    return flat
+    source.flat = flat
+    return source

@@ -57,7 +57,8 @@ MODEL_FILES = (*WEIGHT_FILES, "config.json", "adapter_config.json")
 
 @dataclass
 class OutputDirArguments:
-    """The train script's guard against writing over another run's model (mixed into `ScriptArguments`)."""
+    """The train script's guard against writing over another run's model, and what a run saves there beside the
+    trainer's own files (mixed into `ScriptArguments`)."""
 
     overwrite_output_dir: bool = field(
         default=False,
@@ -65,6 +66,14 @@ class OutputDirArguments:
             "help": "Train into an output_dir that holds a model or checkpoints of a run with different settings: "
             "start afresh there (its checkpoint-N folders are deleted, its model replaced at the end). Without it "
             "such a run is refused; a run with the same settings resumes from its newest complete checkpoint."
+        },
+    )
+    save_merged_model: bool = field(
+        default=False,
+        metadata={
+            "help": "With use_peft: also save the base model with the trained adapter merged in, as a plain model "
+            "folder output_dir/merged (for vLLM serving or tools that do not read adapters). output_dir itself "
+            "holds the adapter, which scripts/evaluate.py and `make eval` evaluate as it is."
         },
     )
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from pathlib import Path
 
 from transformers import AutoTokenizer, TrainerCallback
 from trl import ModelConfig, get_peft_config
@@ -11,13 +13,18 @@ from drgrpo.algorithm.advantages import lowest_scores
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import extra_eos_token_ids
 from drgrpo.algorithm.trainer import DrGRPOTrainer
+from drgrpo.core.adapters import record_portable_base, save_merged
 from drgrpo.core.checkpoints import find_resumable_checkpoint
-from drgrpo.core.models import resolve_model
+from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
+from drgrpo.observe.step_log import use_step_lines
+from drgrpo.rollout.python_tool import build_python_tool, tool_reward_funcs
+from drgrpo.rollout.trl_rollout import make_rollout_func
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
+from drgrpo.run.resume import interrupted_message, start_status, unfinished_run
 from drgrpo.run.stage_precision import trainer_precision_line
 from rewards import get_reward_funcs
 
@@ -41,8 +48,14 @@ class ThreadCountCallback(TrainerCallback):
         adapt_torch_threads()
 
 
-def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args: ModelConfig) -> DrGRPOTrainer:
-    """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint."""
+def train(
+    script_args: ScriptArguments,
+    training_args: DrGRPOConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> DrGRPOTrainer:
+    """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint.
+    `callbacks`: extra `TrainerCallback`s (an experiment's time budget, drgrpo/experiments/budget.py)."""
     if not model_args.model_name_or_path:
         raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
     # Refuse before anything is loaded when output_dir holds another run's model (drgrpo/run/output_guard.py).
@@ -56,6 +69,10 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         max_completion_length=training_args.max_completion_length,
         reward_weights=training_args.reward_weights,
     )
+    if extra := tool_reward_funcs(training_args):  # tool_error_penalty: one more reward, weight 1
+        reward_funcs += extra
+        if training_args.reward_weights is not None:
+            training_args.reward_weights = [*training_args.reward_weights, *[1.0] * len(extra)]
     if training_args.zero_reward_for_truncated:  # each reward's lowest score must be known; else refuse before loading
         weights = training_args.reward_weights or [1.0] * len(reward_funcs)
         lowest_scores(
@@ -69,6 +86,11 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
+    # The Python tool (drgrpo/rollout/): its sandbox starts now, so a machine that cannot isolate programs fails
+    # before the model loads; TRL's `rollout_func` then runs the multi-turn loop on every rank.
+    rollout_func = None
+    if training_args.python_tool:
+        rollout_func = make_rollout_func(training_args, build_python_tool(training_args, script_args))
 
     train_dataset, eval_dataset = load_prompt_dataset(
         script_args,
@@ -85,8 +107,10 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        rollout_func=rollout_func,
     )
 
+    use_step_lines(trainer)  # one short line per logged step; the whole dict goes to output_dir/log_history.jsonl
     # Without DeepSpeed (or FSDP's own upcast) nothing keeps float32 copies of bf16 weights: a 1e-6 update would round
     # away. The reference model follows the trained copy's precision, so that the KL before any update is 0.
     master_weights = keep_float32_master_weights(
@@ -99,17 +123,25 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     if trainer.accelerator.device.type == "cpu":
         adapt_torch_threads()
         trainer.add_callback(ThreadCountCallback())
+    for callback in callbacks:
+        trainer.add_callback(callback)
     if trainer.accelerator.is_main_process:
         logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
         logger.warning(trainer_precision_line(trainer))  # training, generation, evaluation; why (bf16: auto)
+    unfinished = unfinished_run(training_args.output_dir)  # read before this run's record replaces the last one's
     if trainer.accelerator.is_main_process:
         start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)
     trainer.accelerator.wait_for_everyone()  # no rank looks for checkpoints while the main one deletes stale ones
     # The newest *complete* checkpoint: one half-written by a run killed while saving is skipped with a warning.
     last_checkpoint = None if overwrite else find_resumable_checkpoint(training_args.output_dir)
-    if last_checkpoint is not None:
-        logger.warning("Resuming from checkpoint %s", last_checkpoint)
-    trainer.train(resume_from_checkpoint=last_checkpoint)
+    if trainer.accelerator.is_main_process:  # what this run starts from, and whether a stopped run can resume
+        status = start_status(training_args, last_checkpoint, overwrite=overwrite, unfinished=unfinished)
+        (logger.warning if last_checkpoint is not None or unfinished else logger.info)(status)
+    try:
+        trainer.train(resume_from_checkpoint=last_checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C: say what a rerun does (resume from a checkpoint, or start over)
+        step = trainer.state.global_step
+        raise KeyboardInterrupt(interrupted_message(training_args.output_dir, training_args, step)) from None
     if trainer.accelerator.is_main_process:
         logger.info("engine: %s", engine_summary(trainer))
     if master_weights is not None:
@@ -118,4 +150,18 @@ def train(script_args: ScriptArguments, training_args: DrGRPOConfig, model_args:
     trainer.save_state()  # trainer_state.json with every logged step, also when no checkpoint was saved
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(training_args.output_dir)
+        _finish_adapter(training_args.output_dir, model_args.model_name_or_path, script_args.save_merged_model)
     return trainer
+
+
+def _finish_adapter(output_dir: str, model_name: str, merge: bool) -> None:
+    """A LoRA run's adapter names its base as the recipe did (portable: not this machine's cache path) and, with
+    `save_merged_model`, the merged model is saved to output_dir/merged; `make eval` evaluates either folder."""
+    if not (Path(output_dir) / ADAPTER_CONFIG).is_file():
+        if merge:
+            logger.warning("save_merged_model: this run trains no adapter (use_peft is off); output_dir is the model.")
+        return
+    record_portable_base(output_dir, model_name)
+    if merge:
+        merged = save_merged(output_dir, Path(output_dir) / MERGED_FOLDER)
+        logger.info("save_merged_model: the base with the adapter merged in is in %s", merged)

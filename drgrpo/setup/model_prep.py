@@ -18,7 +18,14 @@ import tempfile
 from pathlib import Path
 
 from drgrpo.core.errors import RecipeError
-from drgrpo.core.models import PREPARED_MARKER, PREPARED_MODELS, PreparedModel, is_prepared, prepared_model_dir
+from drgrpo.core.models import (
+    MODEL_CACHE_ENV,
+    PREPARED_MARKER,
+    PREPARED_MODELS,
+    PreparedModel,
+    is_prepared,
+    prepared_model_dir,
+)
 from drgrpo.setup.gguf_conversion import convert_gguf
 
 logger = logging.getLogger(__name__)
@@ -69,8 +76,7 @@ def prepare_model(name: str, *, force: bool = False, source: Path | None = None)
         logger.info("%s is prepared in %s", name, target)
         return target
     source = Path(source) if source is not None else gguf_source(spec)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.partial-", dir=target.parent))
+    staging = _staging_folder(target)
     try:
         logger.warning("Preparing %s from %s into %s (once; about 30 s)", name, source, target)
         convert_gguf(source, staging)
@@ -88,6 +94,20 @@ def prepare_model(name: str, *, force: bool = False, source: Path | None = None)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _staging_folder(target: Path) -> Path:
+    """A new temporary folder beside `target`, in the model cache; a cache that cannot be written (a file in its
+    path, no permission, a read-only disk) is a `RecipeError` naming it and `$DRGRPO_MODEL_CACHE`."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    except OSError as error:
+        raise RecipeError(
+            f"the model cache {target.parent} cannot be written ({type(error).__name__}: {error.strerror or error}): "
+            f"set {MODEL_CACHE_ENV} to a folder you can write, e.g. {MODEL_CACHE_ENV}=$HOME/drgrpo-models make smollm2 "
+            "(recipes and `make eval` then find the model there too)."
+        ) from error
 
 
 def _readable_by_all(folder: Path) -> None:

@@ -98,8 +98,10 @@ class TailProbe:
         return results
 
 
-def sample_groups(model, tokenizer, prompts: Sequence[str], group_size: int, max_completion_length: int):
-    """`group_size` completions per prompt at temperature 1 (TRL's sampling: no top-k/top-p), group-contiguous.
+def sample_groups(
+    model, tokenizer, prompts: Sequence[str], group_size: int, max_completion_length: int, temperature: float = 1.0
+):
+    """`group_size` completions per prompt at `temperature` (TRL's sampling: no top-k/top-p), group-contiguous.
 
     Returns (prompt ids, completion ids, completion mask, completion texts); the mask covers the tokens up to and
     including the first end-of-sequence, as TRL's."""
@@ -112,7 +114,7 @@ def sample_groups(model, tokenizer, prompts: Sequence[str], group_size: int, max
             input_ids=prompt_ids,
             attention_mask=torch.ones_like(prompt_ids),
             do_sample=True,
-            temperature=1.0,
+            temperature=temperature,
             top_k=0,
             top_p=1.0,
             max_new_tokens=max_completion_length,

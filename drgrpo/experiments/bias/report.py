@@ -191,21 +191,29 @@ def _mean_curve(series: Sequence[tuple[list[int], list[float]]]) -> tuple[list[i
     return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
 
-def plot_bias_curves(histories: Mapping[tuple[str, int], Sequence[Mapping]], output: str | Path) -> Path:
-    """Three panels (incorrect length, correct length, reward) per step; each algorithm one colour, every seed a
-    faint line, the mean over seeds bold. `histories` maps (algorithm, seed) to a trainer log history."""
+PANELS = (
+    (d.LENGTH_INCORRECT, "Incorrect completions: length", "tokens"),
+    (d.LENGTH_CORRECT, "Correct completions: length", "tokens"),
+    (d.TRL_REWARD, "Reward (pass rate)", "mean reward"),
+)
+
+
+def plot_bias_curves(
+    histories: Mapping[tuple[str, int], Sequence[Mapping]],
+    output: str | Path,
+    panels: Sequence[tuple[str, str, str]] = PANELS,
+    title: str = "GRPO vs Dr.GRPO from the same warm start: length of wrong and right answers (seeds faint, mean bold)",
+) -> Path:
+    """One panel per (metric, title, unit) of `panels` (default: incorrect length, correct length, reward) per step;
+    each algorithm one colour, every seed a faint line, the mean over seeds bold. `histories` maps (algorithm, seed)
+    to a trainer log history."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = (
-        (d.LENGTH_INCORRECT, "Incorrect completions: length", "tokens"),
-        (d.LENGTH_CORRECT, "Correct completions: length", "tokens"),
-        (d.TRL_REWARD, "Reward (pass rate)", "mean reward"),
-    )
     colours = {"grpo": "tab:red", "dr_grpo": "tab:blue"}
-    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
     for ax, (key, title, ylabel) in zip(axes, panels, strict=True):
         for algorithm, colour in colours.items():
             series = [metric_series(h, key) for (a, _), h in sorted(histories.items()) if a == algorithm]
@@ -221,7 +229,7 @@ def plot_bias_curves(histories: Mapping[tuple[str, int], Sequence[Mapping]], out
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("GRPO vs Dr.GRPO from the same warm start: length of wrong and right answers (seeds faint, mean bold)")
+    fig.suptitle(title)
     fig.tight_layout()
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)

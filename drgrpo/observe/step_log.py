@@ -1,0 +1,135 @@
+"""What a run prints per logged step: one short line of the numbers a user watches, instead of transformers' dict of
+every metric (~35 keys, ~1,000 characters a step), which still goes, whole, to `output_dir/log_history.jsonl` (one
+JSON object per log, written as it happens, so a killed run keeps it) and to `trainer_state.json` (at checkpoints
+and at the end).
+
+    step 3/15 | reward 0.412 | pass 40.6% | length 35.2 (12-64) | truncated 6.2% | 71.3 s/step
+
+`StepLineCallback` replaces transformers' `ProgressCallback` (the tqdm bar, which printed the dict) and
+`StepLinePrinter` its `PrinterCallback` (`disable_tqdm: true`); `drgrpo.run.training.train` swaps them in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+from drgrpo.observe.metric_names import PASS_RATE, TRL_MEAN_LENGTH, TRL_REWARD, TRUNCATION_RATE
+
+LOG_FILE = "log_history.jsonl"
+TRL_MIN_LENGTH = "completions/min_length"
+TRL_MAX_LENGTH = "completions/max_length"
+TRL_CLIPPED_RATIO = "completions/clipped_ratio"  # TRL's share of completions cut at max_completion_length
+TRL_STEP_TIME = "step_time"
+
+
+def _number(logs: Mapping[str, Any], key: str) -> float | None:
+    value = logs.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def step_line(logs: Mapping[str, Any], step: int, max_steps: int | None = None) -> str:
+    """The one-line summary of a training log entry (`eval_`-prefixed keys for an evaluation's); metrics a run does
+    not log are left out. The end-of-training entry (`train_runtime`) becomes the run's total time."""
+    if "train_runtime" in logs:
+        seconds = float(logs["train_runtime"])
+        per_step = f" ({seconds / step:.1f} s/step)" if step else ""
+        return f"trained {step} steps in {seconds:.1f} s{per_step}; every step's metrics: {LOG_FILE} in output_dir"
+    prefix = "eval_" if any(key.startswith("eval_") for key in logs) else ""
+    get = lambda key: _number(logs, prefix + key)  # noqa: E731
+    parts = [("eval at step " if prefix else "step ") + (f"{step}/{max_steps}" if max_steps else str(step))]
+    if (reward := get(TRL_REWARD)) is not None:
+        parts.append(f"reward {reward:.3f}")
+    if (pass_rate := get(PASS_RATE)) is not None:
+        parts.append(f"pass {100 * pass_rate:.1f}%")
+    if (length := get(TRL_MEAN_LENGTH)) is not None:
+        low, high = get(TRL_MIN_LENGTH), get(TRL_MAX_LENGTH)
+        spread = f" ({low:.0f}-{high:.0f})" if low is not None and high is not None else ""
+        parts.append(f"length {length:.1f}{spread}")
+    truncated = get(TRUNCATION_RATE)
+    truncated = get(TRL_CLIPPED_RATIO) if truncated is None else truncated
+    if truncated is not None:
+        parts.append(f"truncated {100 * truncated:.1f}%")
+    if (seconds := get(TRL_STEP_TIME)) is not None:
+        parts.append(f"{seconds:.1f} s/step")
+    return " | ".join(parts)
+
+
+def _json_value(value: Any) -> Any:
+    return value if isinstance(value, int | float | str | bool | type(None)) else str(value)
+
+
+class _LogFile:
+    """`output_dir/log_history.jsonl`, kept equal to the run's log history: rows after the step a run starts from
+    (0, or its checkpoint's step on resume) are dropped at the start, so a resumed run never repeats a step."""
+
+    def start(self, args, state) -> None:
+        path = Path(args.output_dir) / LOG_FILE
+        kept = []
+        if path.is_file() and state.global_step > 0:
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a torn last line of a killed run
+                    continue
+                # The end-of-training row of a run that is now extended is dropped: the run is not over.
+                if isinstance(row, dict) and row.get("step", 0) <= state.global_step and "train_runtime" not in row:
+                    kept.append(line + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(kept))
+
+    def append(self, args, state, logs: Mapping[str, Any]) -> None:
+        row = {"step": state.global_step, **{key: _json_value(value) for key, value in logs.items()}}
+        with open(Path(args.output_dir) / LOG_FILE, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+class StepLineCallback(ProgressCallback):
+    """transformers' progress bar, with `step_line` written under it in place of the metrics dict."""
+
+    def __init__(self, max_str_len: int = 100):
+        super().__init__(max_str_len)
+        self.log_file = _LogFile()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.log_file.start(args, state)
+        return super().on_train_begin(args, state, control, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            self.log_file.append(args, state, logs)
+            line = step_line(logs, state.global_step, state.max_steps)
+            if self.training_bar is not None:
+                self.training_bar.write(line)
+            else:
+                print(line, flush=True)
+
+
+class StepLinePrinter(TrainerCallback):
+    """`step_line` printed per log, for `disable_tqdm: true` (transformers' `PrinterCallback` printed the dict)."""
+
+    def __init__(self):
+        self.log_file = _LogFile()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.log_file.start(args, state)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            self.log_file.append(args, state, logs)
+            print(step_line(logs, state.global_step, state.max_steps), flush=True)
+
+
+def use_step_lines(trainer) -> None:
+    """Swap transformers' progress bar (or, with `disable_tqdm`, its printer) for the step-line callbacks above."""
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(StepLineCallback())
+    elif trainer.pop_callback(PrinterCallback) is not None:
+        trainer.add_callback(StepLinePrinter())

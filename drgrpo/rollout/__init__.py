@@ -1,0 +1,16 @@
+"""Tool-integrated rollouts: the policy writes Python mid-answer, the code sandbox runs it, the output goes back into
+the answer, and the trainer trains on the whole trajectory with the tool's tokens masked (docs/tools.md).
+
+May import: `drgrpo.core`, `rewards` (the sandbox and the Python tool, `rewards.code.tool`), `drgrpo.observe` (metric
+names), and torch, transformers, TRL. Used by `drgrpo.algorithm` (the config's keys, the rewards' text), `drgrpo.run`
+(TRL's `rollout_func`) and `drgrpo.evaluation` (evaluation at a call budget).
+
+Modules, each importing only the ones listed before it:
+- `arguments`: `ToolArguments`, the recipe keys (`python_tool`, `tool_*`) with their range checks;
+- `protocol`: the inline protocol on token ids: where a ```python block closes, the observation's text;
+- `loop`: the multi-turn loop over any generator, with the same number of generation calls on every rank;
+- `tool_metrics`: the per-step `diag/tool/` metrics;
+- `generation`: one turn on the trainer's backend (transformers with a fence stop, or vLLM);
+- `python_tool`: the tool and its sandbox from the recipe's keys;
+- `trl_rollout`: TRL's `rollout_func`: the loop on the trainer, with `env_mask` and the rewards' text.
+"""
