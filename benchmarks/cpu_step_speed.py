@@ -37,9 +37,14 @@ from transformers import PrinterCallback, TrainerCallback
 VARIANTS = ("trl_defaults", "float32_before", "default", "bf16", "float32", "checkpointing")
 OURS = {
     # The recipe as it was on main before issue 29.
-    "float32_before": {"bf16": "false", "sort_by_length": "false", "compact_lm_head": "false",
-                       "gradient_checkpointing": "true", "per_device_train_batch_size": "8",
-                       "gradient_accumulation_steps": "4"},  # fmt: skip
+    "float32_before": {
+        "bf16": "false",
+        "sort_by_length": "false",
+        "compact_lm_head": "false",
+        "gradient_checkpointing": "true",
+        "per_device_train_batch_size": "8",
+        "gradient_accumulation_steps": "4",
+    },  # fmt: skip
     "default": {},
     "bf16": {"bf16": "true"},
     "float32": {"bf16": "false"},
