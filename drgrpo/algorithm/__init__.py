@@ -12,6 +12,8 @@ Modules, each importing only the ones listed before it:
 - `family`: `FamilyArguments`, the GRPO family as recipe keys, and the card that names a config's member;
 - `batch_logs`: TRL's per-round logs redone for a batch assembled from several generation rounds;
 - `dynamic_sampling`: DAPO dynamic sampling (groups whose rewards differ, refilled from fresh prompts);
+- `padding`: completions sorted by length within an optimizer step, micro-batches cut to their longest completion;
+- `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the LM head on CPU);
 - `config`: `DrGRPOConfig`, where `dr_grpo: true` is resolved into TRL's settings;
 - `trainer`: `DrGRPOTrainer`, the smallest set of `GRPOTrainer` overrides that uses the modules above.
 """

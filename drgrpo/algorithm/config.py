@@ -15,6 +15,8 @@ from trl import GRPOConfig
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
 from drgrpo.algorithm.schedule_keys import SCHEDULE_KEYS, check_schedule_values
+from drgrpo.algorithm.step_speed import StepSpeedArguments
+from drgrpo.core.cpu_bf16 import resolve_bf16, this_cpu_bf16
 from drgrpo.observe.diagnostics import DiagnosticsArguments
 from drgrpo.rollout.arguments import ToolArguments
 
@@ -27,7 +29,7 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 
 @dataclass
-class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, ToolArguments, GRPOConfig):
+class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, StepSpeedArguments, ToolArguments, GRPOConfig):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
     `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
@@ -107,10 +109,15 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, ToolArgu
         if self.beta is not None:
             self.beta = float(self.beta)
         resolve_dr_grpo(self)
-        if self.bf16 is None and not self.fp16 and not self.use_cpu and not is_torch_bf16_gpu_available():
-            # TRL turns an unset bf16 into True, which transformers refuses on a machine without a bf16 GPU (unless
-            # use_cpu is set). Unset there means fp32, so the config can be built and inspected anywhere.
-            self.bf16 = False
+        # Unset or `auto` becomes a bool here (TRL would turn unset into True, emulated and slow on a CPU without bf16,
+        # and refused by transformers on a machine without a bf16 GPU unless use_cpu is set); `bf16_reason` says why.
+        self.bf16, self.bf16_reason = resolve_bf16(
+            self.bf16,
+            use_cpu=self.use_cpu,
+            fp16=self.fp16,
+            gpu_bf16=not self.use_cpu and is_torch_bf16_gpu_available(),
+            cpu=this_cpu_bf16(),
+        )
         # Zero, negative or fractional batch and schedule keys (drgrpo/algorithm/schedule_keys.py; recipes are
         # checked there before parsing, with their file's name): TRL's __post_init__ would divide by them.
         check_schedule_values({key: getattr(self, key) for key in SCHEDULE_KEYS if hasattr(self, key)}, "config")

@@ -25,6 +25,8 @@ from drgrpo.algorithm.dynamic_sampling import DynamicSampler
 from drgrpo.algorithm.eos import apply_extra_eos_tokens
 from drgrpo.algorithm.family import family_card
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
+from drgrpo.algorithm.padding import GROUPING_DEPENDENT_LOSSES, bucket_micro_batches
+from drgrpo.algorithm.step_speed import compact_fused_lm_head
 from drgrpo.observe import diagnostics, metric_names
 from drgrpo.observe.failure_warnings import DiagnosticsCallback
 from drgrpo.rollout.trl_rollout import MODEL_TEXT
@@ -195,6 +197,21 @@ class DrGRPOTrainer(GRPOTrainer):
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
 
+    # Override: TRL pads the whole generation batch to its longest completion, shuffles it and splits it into
+    # micro-batches of that width. After a new generation, sort each optimizer step's completions by length and cut
+    # every micro-batch to its own longest completion (drgrpo/algorithm/padding.py): the same loss, less compute.
+    def _prepare_inputs(self, generation_batch):
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        fresh = self.model.training and (self._step % generate_every == 0 or self._buffered_inputs is None)
+        inputs = super()._prepare_inputs(generation_batch)
+        if not (fresh and self.args.sort_by_length):
+            return inputs
+        sort = self.loss_type not in GROUPING_DEPENDENT_LOSSES and self.top_entropy_quantile >= 1.0
+        self._buffered_inputs = bucket_micro_batches(
+            self._buffered_inputs, self.args.gradient_accumulation_steps, sort=sort
+        )
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
     # Override: TRL forms pi_theta / pi_old inside this method without logging it. Before the first optimizer step on
     # a batch of rollouts it must be ~1 (background note, section 2), so on those micro-steps we arm a probe that
     # reads the trainer's log-probs from the loss's own forward pass (no extra forward).
@@ -213,10 +230,13 @@ class DrGRPOTrainer(GRPOTrainer):
         finally:
             self._ratio_probe = None
 
-    # Override: only to hand the loss forward's log-probs to the probe armed in `_compute_loss` (the one call that asks
-    # for entropies); the result is returned unchanged.
+    # Override: to hand the loss forward's log-probs to the probe armed in `_compute_loss` (the one call that asks
+    # for entropies), the result returned unchanged; and on CPU to let TRL's fused LM head score only the completion
+    # positions, as it does on CUDA (`compact_lm_head`, drgrpo/algorithm/step_speed.py).
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        compact = self.args.compact_lm_head and self.accelerator.device.type == "cpu"
+        with compact_fused_lm_head(compact):
+            result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._ratio_probe is not None and kwargs.get("compute_entropy"):
             self._log_first_update_ratios(result[0], **self._ratio_probe)
         return result

@@ -1,5 +1,5 @@
 """What every layer uses: the user-error machinery, the checkpoint folders of a run, which model a name means (LoRA
-adapters too), and torch's thread count.
+adapters too), torch's thread count, and whether the CPU computes bf16 natively.
 
 May import: the standard library only (torch, transformers, peft and huggingface_hub lazily, inside functions).
 Everything else in `drgrpo/` and `rewards/` may import this package.
@@ -12,5 +12,6 @@ Modules, each importing only the ones listed before it:
 - `models`: which model a name means (prepared short names, local folders, hub ids), checked before loading, and
   loading from the cache first;
 - `adapters`: LoRA adapter folders loaded, merged and recorded with a portable base name, as models;
-- `threads`: torch's thread count from the cores other processes leave free, re-chosen as that changes.
+- `threads`: torch's thread count from the cores other processes leave free, re-chosen as that changes;
+- `cpu_bf16`: whether the CPU computes bf16 natively (its flags), and what a recipe's `bf16: auto` resolves to.
 """

@@ -74,6 +74,24 @@ def _checkpoint_generation_config(model_path: str):
         return None
 
 
+BF16_AUTOCAST = "bf16-autocast"
+
+
+def cpu_precision(dtype: str) -> tuple[str, bool, str]:
+    """(weights dtype, bf16 autocast on, one line) for the transformers backend on CPU: `auto` is float32 weights
+    under bf16 autocast where the CPU computes bf16 natively (drgrpo/core/cpu_bf16.py), as CPU training generates,
+    else float32; `bf16-autocast` forces that autocast; a dtype name loads the weights in it, without autocast."""
+    from drgrpo.core.cpu_bf16 import this_cpu_bf16
+
+    if dtype == "auto":
+        cpu = this_cpu_bf16()
+        how = "float32 weights under bf16 autocast" if cpu.supported else "float32"
+        return "float32", cpu.supported, f"{how} (dtype auto: {cpu.reason})"
+    if dtype == BF16_AUTOCAST:
+        return "float32", True, "float32 weights under bf16 autocast (dtype bf16-autocast)"
+    return dtype, False, f"{dtype} weights (dtype {dtype})"
+
+
 class TransformersBackend:
     """Batched `model.generate` with left padding: what runs on CPU, and on a GPU without vLLM."""
 
@@ -90,10 +108,14 @@ class TransformersBackend:
         from drgrpo.core.adapters import load_causal_lm
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if dtype == "auto":
-            torch_dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        self.autocast = False
+        if self.device == "cpu":
+            name, self.autocast, self.precision = cpu_precision(dtype)
+            torch_dtype = getattr(torch, name)
+        elif dtype in ("auto", BF16_AUTOCAST):
+            torch_dtype, self.precision = torch.bfloat16, f"bfloat16 weights (dtype {dtype})"
         else:
-            torch_dtype = getattr(torch, dtype)
+            torch_dtype, self.precision = getattr(torch, dtype), f"{dtype} weights (dtype {dtype})"
         # A LoRA adapter folder loads as its base with the adapter merged in (drgrpo/core/adapters.py).
         self.model = load_causal_lm(model_path, dtype=torch_dtype).to(self.device).eval()
         self.tokenizer = tokenizer
@@ -153,7 +175,9 @@ class TransformersBackend:
         processors = LogitsProcessorList()
         if temperature > 0:
             processors.append(SeededSampling(list(seeds), temperature, top_p))
-        with torch.inference_mode():
+        # One autocast context for the whole call: the weights are cast to bf16 once, not at every new token.
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast)
+        with torch.inference_mode(), autocast:
             output = self.model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),
@@ -205,7 +229,7 @@ class VLLMBackend:
         model_path = whole_model_folder(model_path)  # vLLM reads a folder: a LoRA adapter's merged model
         self.llm = LLM(
             model=model_path,
-            dtype=dtype,
+            dtype="bfloat16" if dtype == BF16_AUTOCAST else dtype,
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,

@@ -98,7 +98,13 @@ class EvalArguments:
         default=None,
         metadata={"help": "Samples per generate call and per write (default: 32 transformers, 1024 vLLM)."},
     )
-    dtype: str = field(default="auto", metadata={"help": "Model dtype: auto, float32, bfloat16 or float16."})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "Model dtype: auto, float32, bfloat16, float16 or bf16-autocast (float32 weights, bf16 compute). "
+            "auto: bfloat16 on a GPU; on CPU bf16-autocast where the CPU has native bf16, else float32."
+        },
+    )
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM: GPUs per model."})
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM: share of GPU memory to use."})
     output_dir: str | None = field(
@@ -357,6 +363,7 @@ def _generate_and_write(
         batch_size = args.batch_size or 1024
     else:
         backend = TransformersBackend(model_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
+        logger.warning("evaluation precision: %s", backend.precision)
         batch_size = args.batch_size or 32
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))

@@ -15,6 +15,7 @@ Stages, all seeded by `--seed` (the task split and the training seed):
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -66,11 +67,28 @@ def strict_accuracy(samples_file: Path, truncated_as_wrong: bool = False) -> flo
     return sum(passed) / max(1, len(rows))
 
 
+def release_trainer(trainer) -> None:
+    """Free the trained model's weights, gradients and AdamW states once the model is saved: the after-evaluation
+    loads the saved model anew, and would otherwise run beside 2.2 GB of training state (accelerate keeps references
+    to the model and optimizer, hence `free_memory`)."""
+    trainer.accelerator.free_memory()
+    trainer.model = trainer.model_wrapped = trainer.optimizer = trainer.lr_scheduler = None
+    gc.collect()
+
+
 def held_out(
-    model: str, test_file: Path, output_dir: Path, max_new_tokens: int, batch_size: int, truncated_as_wrong: bool
+    model: str,
+    test_file: Path,
+    output_dir: Path,
+    max_new_tokens: int,
+    batch_size: int,
+    truncated_as_wrong: bool,
+    bf16: bool = False,
 ) -> dict:
-    """Greedy evaluation on the held-out problems with the chat template, by the project's evaluator."""
+    """Greedy evaluation on the held-out problems with the chat template, by the project's evaluator, in training's
+    precision (`bf16`: float32 weights under bf16 autocast, as training generates; else float32)."""
     from drgrpo.evaluation import evaluate
+    from drgrpo.evaluation.backends import BF16_AUTOCAST
 
     summary = evaluate(
         model_path=model,
@@ -83,6 +101,7 @@ def held_out(
         max_new_tokens=max_new_tokens,
         output_dir=str(output_dir),
         batch_size=batch_size,
+        dtype=BF16_AUTOCAST if bf16 else "float32",
         overwrite=True,  # the demo retrains each run: never resume from an earlier run's samples
         truncated_as_wrong=truncated_as_wrong,
     )
@@ -129,6 +148,10 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
     script_args, training_args, model_args = parse_recipe([settings.recipe, *overrides])
     resolve_model(model_args.model_name_or_path)  # not prepared: one line naming `make smollm2`, before any work
     budget, cut_wrong = training_args.max_completion_length, settings.truncated_as_wrong
+    bf16 = bool(training_args.bf16)
+    compute = "bf16 autocast" if bf16 else "float32"
+    precision = f"{compute} in training, generation and evaluation ({training_args.bf16_reason})"
+    logger.warning("demo precision: %s", precision)
 
     before = held_out(
         model_args.model_name_or_path,
@@ -137,14 +160,18 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         budget,
         settings.eval_batch_size,
         cut_wrong,
+        bf16,
     )
     train_start = time.perf_counter()
     trainer = train(script_args, training_args, model_args)
     train_seconds = time.perf_counter() - train_start
+    history, train_steps = trainer.state.log_history, trainer.state.global_step
+    release_trainer(trainer)
+    del trainer
     after = held_out(
-        str(out / "model"), data["test"], out / "eval" / "after", budget, settings.eval_batch_size, cut_wrong
+        str(out / "model"), data["test"], out / "eval" / "after", budget, settings.eval_batch_size, cut_wrong, bf16
     )
-    plot_runs({"Dr.GRPO": trainer.state.log_history}, out / "curves.png", title="SmolLM2-135M-Instruct, Dr.GRPO")
+    plot_runs({"Dr.GRPO": history}, out / "curves.png", title="SmolLM2-135M-Instruct, Dr.GRPO")
 
     summary = {
         "model": model_args.model_name_or_path,
@@ -163,7 +190,7 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "truncated_graded_correct_after": after.get("truncated_graded_correct"),
         "mean_length_before": before.get("mean_length"),
         "mean_length_after": after.get("mean_length"),
-        "train_steps": trainer.state.global_step,
+        "train_steps": train_steps,
         "train_seconds": round(train_seconds, 1),
         "seconds": round(time.perf_counter() - start, 1),
         "cpu_seconds": round(cpu_seconds(), 1),
@@ -172,6 +199,7 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "algorithm": training_args.algorithm_summary,
+        "precision": precision,
         "overrides": list(settings.rl_overrides),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -189,6 +217,7 @@ def format_summary(summary: dict, output_dir: str) -> str:
             f"{summary['strict_accuracy_before']:.1f}% -> "
             f"{summary['strict_accuracy_after']:.1f}%; truncated {summary['truncated_before']:.1f}% -> "
             f"{summary['truncated_after']:.1f}% ({'counted wrong' if summary['truncated_as_wrong'] else 'graded'})",
+            f"precision: {summary['precision']}",
             f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
             f"{summary['peak_rss_gb']:.1f} GB, torch threads {summary['torch_threads_used']} (count: times chosen)",
             f"summary: {output_dir}/summary.json; curves: {output_dir}/curves.png; samples: "

@@ -24,6 +24,7 @@ from trl import GRPOConfig, ModelConfig, TrlParser
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
+from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.errors import RecipeError
 from drgrpo.data import DataArguments
 from drgrpo.observe.diagnostics import DiagnosticsArguments
@@ -52,6 +53,7 @@ GROUPS: tuple[tuple[type, str], ...] = (
     (ToolArguments, "Python tool: multi-turn rollout (docs/tools.md)"),
     (DiagnosticsArguments, "diagnostics"),
     (EosArguments, "end-of-answer tokens"),
+    (StepSpeedArguments, "speed: bf16 on CPU, padding, the LM head"),
     (OutputDirArguments, "output directory"),
     (ModelConfig, "model (TRL ModelConfig)"),
     (GRPOConfig, "GRPO trainer (TRL GRPOConfig)"),

@@ -7,5 +7,6 @@ Modules, each importing only the ones listed before it:
 - `arguments`: `ScriptArguments`, what a run needs beside the trainer config: data, rewards, output directory;
 - `resume`: what a run can resume from, said at start-up and on Ctrl-C (checkpoints on or off);
 - `precision`: float32 master weights for a half-precision full fine-tune without DeepSpeed (DDP, one process);
+- `stage_precision`: the start-up line naming the precision of training, TRL's generation and evaluation;
 - `training`: `train()`: tokenizer, datasets, rewards, `DrGRPOTrainer`, resume, save.
 """

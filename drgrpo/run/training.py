@@ -25,6 +25,7 @@ from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
 from drgrpo.run.resume import interrupted_message, start_status, unfinished_run
+from drgrpo.run.stage_precision import trainer_precision_line
 from rewards import get_reward_funcs
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ def train(
         trainer.add_callback(callback)
     if trainer.accelerator.is_main_process:
         logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
+        logger.warning(trainer_precision_line(trainer))  # training, generation, evaluation; why (bf16: auto)
     unfinished = unfinished_run(training_args.output_dir)  # read before this run's record replaces the last one's
     if trainer.accelerator.is_main_process:
         start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)

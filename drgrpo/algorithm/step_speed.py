@@ -1,0 +1,69 @@
+"""Speed keys: bf16 where the CPU computes it (`bf16: auto`), completions sorted by length and cut to their
+micro-batch's width (drgrpo/algorithm/padding.py), and the LM head scored only at the trained positions on CPU.
+
+- `compact_lm_head`: TRL's fused LM head (`trl.trainer.utils.add_fused_lm_head`) projects through the 49k-vocabulary
+  head only the positions that have a label (the completion tokens) where `trl.trainer.utils._use_triton(device)`
+  holds, CUDA and XPU; elsewhere, the CPU included, it projects every position, prompt and padding too, and zeroes
+  them afterwards (the comment there: Neuron would recompile for every count of valid positions). A CPU never
+  recompiles, so `compact_fused_lm_head` lets the CPU take the compact path for the duration of one call: the same
+  log-probs and gradients, from a fraction of the projection (a prompt of ~50 tokens before answers of ~30).
+
+Measured and not kept: holding one autocast context around generation (accelerate's autocast wraps each forward,
+so the float32 weights might be cast to bf16 again at every new token): the profiler counts each weight cast once
+per `generate` call either way (torch 2.13), so there is nothing to save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepSpeedArguments:
+    """Keys that remove work from a training step without changing what it computes (drgrpo/algorithm/step_speed.py),
+    and `bf16` with its `auto` (drgrpo/core/cpu_bf16.py; resolved in `DrGRPOConfig.__post_init__`)."""
+
+    # TRL's `bf16` (bool, unset meaning True), widened to take `auto`: on a CPU run bf16 only where the processor
+    # computes it natively (drgrpo/core/cpu_bf16.py); resolved to a bool before TRL and transformers read it.
+    bf16: str | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 mixed precision (autocast; trained weights and AdamW states stay float32): true, false or "
+            "auto. auto (or unset): with use_cpu, on where the CPU has native bf16 (avx512_bf16 or amx_bf16 on x86, "
+            "bf16 on ARM), else float32, saying why; on GPUs, on where the GPU supports bf16 (TRL's default)."
+        },
+    )
+
+    sort_by_length: bool = field(
+        default=True,
+        metadata={
+            "help": "Sort the completions of each optimizer step by length before they are split into "
+            "micro-batches, and cut every micro-batch to its own longest completion: padding columns "
+            "cost forward and backward compute for nothing. The loss is unchanged (bnpo and top_entropy_quantile "
+            "< 1, whose terms depend on the micro-batch, are only cut, not sorted)."
+        },
+    )
+    compact_lm_head: bool = field(
+        default=True,
+        metadata={
+            "help": "On CPU, project only the completion positions through the LM head (TRL does so on CUDA/XPU, "
+            "and on CPU projects prompt and padding positions too): the same log-probs for less work."
+        },
+    )
+
+
+@contextlib.contextmanager
+def compact_fused_lm_head(enabled: bool = True):
+    """Inside: TRL's fused LM head scores only the labelled positions on CPU too (module docstring)."""
+    if not enabled:
+        yield
+        return
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
