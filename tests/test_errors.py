@@ -146,7 +146,7 @@ def test_bad_value_on_command_line(monkeypatch, capsys):
     "line, expected",
     [
         ("num_generations: 8.5", "num_generations: 8.5 is not an integer"),
-        ("bf16: maybe", "bf16: 'maybe' is not true or false"),
+        ("bf16: maybe", "bf16='maybe': set true, false or auto"),
         ("dr_grpo: 1", "dr_grpo: 1 is not true or false"),
         ("lr_scheduler_type: linearr", "lr_scheduler_type: 'linearr' is not one of linear, cosine"),
         ("reward_weights: [1.0, heavy]", "reward_weights: 'heavy' is not a number"),

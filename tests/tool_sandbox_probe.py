@@ -38,8 +38,8 @@ class CharTokenizer:
 
     eos_token_id = 0
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [ord(c) for c in text]
+    def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]  # no special tokens to split
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return "".join(chr(i) for i in ids if i)

@@ -24,7 +24,7 @@ Modules, each importing only the ones listed before it:
 - `code`: code benchmarks, whose programs the code reward's sandbox runs on their tests (pass@k, no maj@k);
 - `tool_eval`: evaluation with the Python tool at a call budget (the training rollout's loop, every turn kept);
 - `report`: summaries, their markdown, comparison tables across runs;
-- `resume`: the samples written so far, and the settings check that keeps runs from mixing;
+- `saved_samples`: the samples written so far, and the settings check that keeps runs from mixing;
 - `runner`: `EvalArguments`, resume checks, `run_evaluation` / `evaluate`.
 """
 
@@ -134,5 +134,5 @@ __all__ = [
 ]
 
 # Private helpers that tests reach as `drgrpo.evaluation.<name>`, kept importable from the package.
-from drgrpo.evaluation.resume import _check_config, read_samples  # noqa: E402, F401
 from drgrpo.evaluation.runner import _prompt_settings  # noqa: E402, F401
+from drgrpo.evaluation.saved_samples import _check_config, read_samples  # noqa: E402, F401

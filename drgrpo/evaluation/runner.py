@@ -22,8 +22,8 @@ from drgrpo.evaluation.benchmarks import PRESETS, SHIPPED_SUBSETS, resolve_prese
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
-from drgrpo.evaluation.resume import _check_config, read_samples
 from drgrpo.evaluation.sampling import sample_seed
+from drgrpo.evaluation.saved_samples import _check_config, read_samples
 from drgrpo.evaluation.tool_eval import TOOL_MAX_CALLS_HELP, ToolSession, check_tool_budget
 from drgrpo.evaluation.verdicts import CORRECT, answer_extraction_mode, answers_equivalent, grade_completions
 

@@ -245,7 +245,8 @@ def summarise(records: Sequence[dict], settings: ChatMechanismSettings) -> dict:
     ratios = {name: [r["mean_abs_log_ratio"][name] for r in records if r["mean_abs_log_ratio"][name] is not None]
               for name in ALGORITHMS}  # fmt: skip
     seconds = sum(r["seconds"] for r in records)
-    loads = [(r["seconds"], r["load"]) for r in records if r["load"] is not None]
+    # Time-weighted; a batch timed at 0.0 s (rounded, on the tiny model) still counts.
+    loads = [(max(r["seconds"], 1e-3), r["load"]) for r in records if r["load"] is not None]
     result["details"] = {
         "grpo_minus_dr_grpo": difference,
         "completions": {k: sum(r["counts"][k] for r in records) for k in COUNTS},
