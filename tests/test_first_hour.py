@@ -143,7 +143,9 @@ def test_a_run_without_checkpoints_says_so_at_start_on_ctrl_c_and_at_rerun(tiny_
     run = tiny_run(tiny_model_path, addition_data["train"], output_dir, "--max_steps", "500")
     log_path = tmp_path / "first.log"
     with open(log_path, "w") as log:
-        first = subprocess.Popen([PYTHON, *run], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        # Unbuffered: the step lines reach the log as they are printed (a fast run can end before a buffer flushes).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        first = subprocess.Popen([PYTHON, *run], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             deadline = time.monotonic() + 300
             while "step 2/500 | reward" not in log_path.read_text():
