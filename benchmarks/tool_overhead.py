@@ -25,11 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-import drgrpo.rollout.generation as generation
-from drgrpo.rollout.arguments import ToolArguments
-from drgrpo.rollout.loop import LoopSettings, run_tool_loop
-from drgrpo.rollout.protocol import TokenPieces
-from drgrpo.rollout.python_tool import build_python_tool
+import drgrpo.algorithm.rollout.generation as generation
+from drgrpo.algorithm.rollout.arguments import ToolArguments
+from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
+from drgrpo.algorithm.rollout.protocol import TokenPieces
+from drgrpo.algorithm.rollout.python_tool import build_python_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "smollm2_135m_drgrpo_tools.yaml"

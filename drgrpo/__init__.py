@@ -5,7 +5,8 @@ sits between `core` and `data`). docs/architecture.md draws the picture; tests/t
 - `core`: user errors, checkpoint folders;
 - `data`: prompt datasets and templates;
 - `observe`: metric names, diagnostics, plots;
-- `algorithm`: advantages, KL, dynamic sampling, eos tokens, family keys, the config (the Dr.GRPO switch), the trainer;
+- `algorithm`: advantages, KL, dynamic sampling, eos tokens, family keys, the config (the Dr.GRPO switch), the trainer,
+  the tool-integrated rollout (`algorithm/rollout/`);
 - `run`: one training run (arguments, output-directory guard, `train()`);
 - `recipe`: YAML + command line -> arguments, pre-flight parsing, the verl converter;
 - `evaluation`: pass@k / maj@k on benchmarks, graded by the reward library;

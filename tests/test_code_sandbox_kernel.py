@@ -74,9 +74,9 @@ def test_keyrings_sockets_namespaces_and_inodes_are_closed_to_programs(report):
 
 
 def test_vsock_is_refused_where_the_kernel_has_it(report):
-    if not _has_vsock():
-        pytest.skip("this kernel has no AF_VSOCK (the trainer cannot create one either)")
-    assert "vsock" not in report["sockets"]
+    """Where the kernel has AF_VSOCK (the trainer can open one) programs cannot; where it has none, neither can they:
+    the assertion holds, and is checked, on both."""
+    assert "vsock" not in report["sockets"], f"a program opened AF_VSOCK (the trainer can: {_has_vsock()})"
 
 
 def test_a_correct_program_passes_beside_a_setsid_fork_flood(report):
@@ -85,10 +85,10 @@ def test_a_correct_program_passes_beside_a_setsid_fork_flood(report):
     the machine allows it, and a CPU-time verdict."""
     fairness = report["fairness"]
     alone, beside = fairness["alone"], fairness["beside_flood"]
+    assert fairness["flood"]["status"] == "timeout", fairness  # at any load: more load only makes it time out sooner
     if alone["status"] != "ok" or alone["wall_s"] > TIMEOUT:
         pytest.skip(f"this machine is too loaded to tell: the program alone took {alone} (wall limit {2 * TIMEOUT})")
     assert beside["status"] == "ok", fairness
-    assert fairness["flood"]["status"] == "timeout"
 
 
 def test_root_runners_get_a_cpu_cgroup_where_the_machine_allows_one(report):

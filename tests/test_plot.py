@@ -140,11 +140,11 @@ def test_plot_shows_and_names_the_kl_the_run_used(tmp_path):
 
 
 def test_every_tool_metric_the_rollout_logs_has_a_curve(tmp_path):
-    """`make plot` on a python_tool run: each diag/tool/ metric of drgrpo/rollout/tool_metrics.py is in a panel, and
-    the figure draws a run that logs them (a run without them shows the panels' 'no tool' note)."""
+    """`make plot` on a python_tool run: each diag/tool/ metric of drgrpo/algorithm/rollout/tool_metrics.py is in a
+    panel, and the figure draws a run that logs them (a run without them shows the panels' 'no tool' note)."""
     import torch
 
-    from drgrpo.rollout.tool_metrics import COLUMNS, tool_metrics
+    from drgrpo.algorithm.rollout.tool_metrics import COLUMNS, tool_metrics
 
     logged = set(tool_metrics(torch.ones(2, len(COLUMNS))))
     drawn = {key for panel in PANELS for key, _ in panel.series}

@@ -1,4 +1,4 @@
-"""A property test of the multi-turn loop (drgrpo/rollout/loop.py) with a scripted generator: over 1,000 answers
+"""A property test of the multi-turn loop (algorithm/rollout/loop.py) with a scripted generator: over 1,000 answers
 written with SmolLM2's tokenizer (multi-character tokens: a fence often shares a token with what follows it), on two
 simulated ranks, the trained ids are exactly the ids generated plus the observations' ids, the mask is 0 exactly on
 the observations, and every generation call has the same number of rows on both ranks.
@@ -19,8 +19,8 @@ import threading
 
 import pytest
 
-from drgrpo.rollout.loop import LoopSettings, run_tool_loop
-from drgrpo.rollout.protocol import TokenPieces, observation_text
+from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
+from drgrpo.algorithm.rollout.protocol import TokenPieces, observation_text
 from rewards.code.tool import ToolResult
 
 ROWS_PER_RANK = 64

@@ -1,5 +1,5 @@
-"""The inline tool protocol on token ids (drgrpo/rollout/protocol.py), the observation (rewards/code/tool.py) and the
-recipe keys' range checks (drgrpo/rollout/arguments.py)."""
+"""The inline tool protocol on token ids (algorithm/rollout/protocol.py), the observation (rewards/code/tool.py) and
+the recipe keys' range checks (drgrpo/algorithm/rollout/arguments.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,19 @@ import math
 import pytest
 
 from drgrpo.algorithm.config import DrGRPOConfig
-from drgrpo.rollout.arguments import ToolArguments
-from drgrpo.rollout.loop import LoopSettings, run_tool_loop
-from drgrpo.rollout.protocol import BUDGET, EOS, FENCE, OPEN, FenceScanner, cut_turn, observation_ids, observation_text
-from drgrpo.rollout.tool_metrics import tool_metrics
+from drgrpo.algorithm.rollout.arguments import ToolArguments
+from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
+from drgrpo.algorithm.rollout.protocol import (
+    BUDGET,
+    EOS,
+    FENCE,
+    OPEN,
+    FenceScanner,
+    cut_turn,
+    observation_ids,
+    observation_text,
+)
+from drgrpo.algorithm.rollout.tool_metrics import tool_metrics
 from rewards.code.sandbox import RunResult
 from rewards.code.tool import ToolErrorPenalty, ToolResult, last_error_line, observation_of, truncate_output
 

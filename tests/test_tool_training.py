@@ -19,10 +19,10 @@ from datasets import Dataset
 from tool_model import build_tool_model
 
 from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.rollout.python_tool import build_python_tool
+from drgrpo.algorithm.rollout.trl_rollout import make_rollout_func
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from drgrpo.observe import metric_names as m
-from drgrpo.rollout.python_tool import build_python_tool
-from drgrpo.rollout.trl_rollout import make_rollout_func
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """Test helper: the code sandbox's hostile programs (tests/code_sandbox_probe.py) run through the Python tool's path,
 and a JSON report of what each achieved.
 
-Each program is the policy's code block in a scripted answer: the rollout loop (drgrpo/rollout/loop.py) cuts the turn
-at its fence, runs it with `PythonTool` in the sandbox and appends the observation; the scripted policy then copies
+Each program is the policy's code block in a scripted answer: the rollout loop (algorithm/rollout/loop.py) cuts the
+turn at its fence, runs it with `PythonTool` in the sandbox and appends the observation; the scripted policy then copies
 the observation's last line into `\\boxed{}`, as a model that trusts its tool would. A program prints its scenario's
 marker only if its attack worked, so the answer scores 1 (the marker is in the policy's own text) only if the attack
 got through the tool. Run by tests/test_tool_sandbox_hostile.py under the same outer bounds as the code reward's probe.
@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from code_sandbox_probe import SECRET, accepted_any, scenarios, unix_listeners  # noqa: E402
 
-from drgrpo.rollout.arguments import ToolArguments  # noqa: E402
-from drgrpo.rollout.loop import LoopSettings, run_tool_loop  # noqa: E402
-from drgrpo.rollout.python_tool import build_python_tool  # noqa: E402
+from drgrpo.algorithm.rollout.arguments import ToolArguments  # noqa: E402
+from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop  # noqa: E402
+from drgrpo.algorithm.rollout.python_tool import build_python_tool  # noqa: E402
 from rewards import RewardArguments  # noqa: E402
 from rewards.code.sandbox import NamespacesUnavailable  # noqa: E402
 

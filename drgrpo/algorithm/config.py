@@ -14,11 +14,11 @@ from trl import GRPOConfig
 
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
+from drgrpo.algorithm.rollout.arguments import ToolArguments
 from drgrpo.algorithm.schedule_keys import SCHEDULE_KEYS, check_schedule_values
 from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.cpu_bf16 import resolve_bf16, this_cpu_bf16
 from drgrpo.observe.diagnostics import DiagnosticsArguments
-from drgrpo.rollout.arguments import ToolArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
 DR_GRPO_SETTINGS: dict[str, Any] = {"scale_rewards": "none", "loss_type": "dr_grpo", "beta": 0.0}
@@ -48,7 +48,7 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, StepSpee
     `drgrpo.observe.diagnostics.DiagnosticsArguments`; `extra_eos_tokens` in `drgrpo.algorithm.eos.EosArguments`; the
     GRPO-family keys (`advantage_estimator`, `kl_in_reward_coef`, `kl_estimator`, `dynamic_sampling`) in
     `drgrpo.algorithm.family.FamilyArguments`; the Python tool's keys (`python_tool`, `tool_*`) in
-    `drgrpo.rollout.arguments.ToolArguments`.
+    `drgrpo.algorithm.rollout.arguments.ToolArguments`.
     `dr_grpo: true` keeps `beta: 0` (no KL in the loss) but allows a KL in the reward (`kl_in_reward_coef`).
     """
 
@@ -127,7 +127,7 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, StepSpee
             raise ValueError(f"advantage_epsilon must be >= 0, got {self.advantage_epsilon}.")
         self.check_diagnostics_settings()  # correctness_reward, warning thresholds: drgrpo/observe/diagnostics.py
         self.check_family_settings()  # advantage baseline, KL in reward, dynamic sampling: drgrpo/algorithm/family.py
-        self.check_tool_settings()  # the Python tool's call budget, output, time limit: drgrpo/rollout/arguments.py
+        self.check_tool_settings()  # the Python tool's call budget, output, time limit: algorithm/rollout/arguments.py
         super().__post_init__()
 
     @property

@@ -226,7 +226,7 @@ def family_card(config: Any) -> str:
         ("KL", _kl_line(config)),
         ("staleness", _staleness_line(config)),
     ]
-    if getattr(config, "tool_summary", None):  # python_tool: true (drgrpo/rollout/arguments.py)
+    if getattr(config, "tool_summary", None):  # python_tool: true (drgrpo/algorithm/rollout/arguments.py)
         rows.append(("rollout", config.tool_summary))
     width = max(len(key) for key, _ in rows)
     lines = [f"GRPO family card: {name}", *(f"  {key:<{width}}  {value}" for key, value in rows)]

@@ -26,10 +26,10 @@ from drgrpo.algorithm.eos import apply_extra_eos_tokens
 from drgrpo.algorithm.family import family_card
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
 from drgrpo.algorithm.padding import GROUPING_DEPENDENT_LOSSES, bucket_micro_batches
+from drgrpo.algorithm.rollout.trl_rollout import MODEL_TEXT
 from drgrpo.algorithm.step_speed import compact_fused_lm_head
 from drgrpo.observe import diagnostics, metric_names
 from drgrpo.observe.failure_warnings import DiagnosticsCallback
-from drgrpo.rollout.trl_rollout import MODEL_TEXT
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class DrGRPOTrainer(GRPOTrainer):
     # exactly the numbers TRL logs, without re-running any reward function. With `zero_reward_for_truncated` (the
     # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
     # normalises the rewards: each function's lowest score (and so is a missing score of an ended completion), so
-    # that truncation can never pay, in TRL's advantage as in ours. With the Python tool (drgrpo/rollout/) the
+    # that truncation can never pay, in TRL's advantage as in ours. With the Python tool (drgrpo/algorithm/rollout/) the
     # rewards read the policy's own text, never the tool's: a printed \boxed{} earns nothing.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if inputs and MODEL_TEXT in inputs[0]:

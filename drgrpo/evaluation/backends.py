@@ -196,11 +196,11 @@ class TransformersBackend:
         top_p: float,
         pieces,
     ) -> list[tuple[list[int], None]]:
-        """One turn of the Python tool's loop (`drgrpo.rollout.loop`): each row stops at its program's closing
-        fence, an eos or its own token budget (`drgrpo.rollout.generation.TurnStop`)."""
+        """One turn of the Python tool's loop (`drgrpo.algorithm.rollout.loop`): each row stops at its program's closing
+        fence, an eos or its own token budget (`drgrpo.algorithm.rollout.generation.TurnStop`)."""
         from transformers import StoppingCriteriaList
 
-        from drgrpo.rollout.generation import TurnStop
+        from drgrpo.algorithm.rollout.generation import TurnStop
 
         width = max(len(ids) for ids in rows)
         stop = TurnStop(pieces, budgets, self.eos_ids, width)
@@ -280,7 +280,7 @@ class VLLMBackend:
         closing fence (the loop cuts every row on its ids, so a late or early stop gives the same trajectory)."""
         from vllm import SamplingParams
 
-        from drgrpo.rollout.generation import VLLM_STOP
+        from drgrpo.algorithm.rollout.generation import VLLM_STOP
 
         params = [
             SamplingParams(

@@ -1,7 +1,7 @@
 """Evaluation with the Python tool at a call budget B (`--tool_max_calls B`; 0, the default: no tool, the evaluation
 as it always was).
 
-Each sample runs the training rollout's loop (`drgrpo.rollout.loop`) on the evaluation backend: its turns are
+Each sample runs the training rollout's loop (`drgrpo.algorithm.rollout.loop`) on the evaluation backend: its turns are
 seeded from the sample's own seed (turn 0 with the seed itself, so a sample that writes no code is the sample B=0
 gives; turn t with `sample_seed(seed, t, 0)`), so a sample depends only on (seed, problem, sample) and its programs'
 outputs, and a resumed run writes the rows an uninterrupted one would. It is graded on the policy's own text (the
@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from drgrpo.algorithm.rollout.arguments import ToolArguments
+from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
+from drgrpo.algorithm.rollout.protocol import TokenPieces
 from drgrpo.evaluation.backends import Generation, Request
 from drgrpo.evaluation.sampling import sample_seed
-from drgrpo.rollout.arguments import ToolArguments
-from drgrpo.rollout.loop import LoopSettings, run_tool_loop
-from drgrpo.rollout.protocol import TokenPieces
 
 # The recipe's tool keys that decide what a sample is (besides the call budget): read from --recipe.
 RECIPE_TOOL_KEYS = ("tool_output_chars", "tool_output_keep", "tool_timeout")
@@ -140,7 +140,7 @@ class ToolSession:
         return tool_config(self.settings)
 
     def generate(self, backend, tokenizer, requests, temperature, top_p, max_new_tokens) -> list[ToolGeneration]:
-        from drgrpo.rollout.python_tool import build_python_tool
+        from drgrpo.algorithm.rollout.python_tool import build_python_tool
 
         if self._tool is None:
             self._tool = build_python_tool(self.settings, self.code_settings)

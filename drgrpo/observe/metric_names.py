@@ -42,7 +42,7 @@ DYNAMIC_SAMPLING_PADDING_TOKENS = "dynamic_sampling/padding_tokens"  # prompt + 
 DYNAMIC_SAMPLING_GENERATED_PREFIX = "dynamic_sampling/generated_"
 TRL_NUM_TOKENS = "num_tokens"
 
-# Tool-integrated RL (python_tool: true, drgrpo/rollout/): per step, over every rank's answers.
+# Tool-integrated RL (python_tool: true, drgrpo/algorithm/rollout/): per step, over every rank's answers.
 TOOL_PREFIX = PREFIX + "tool/"
 TOOL_CALLS_PER_ANSWER = TOOL_PREFIX + "calls_per_answer"
 TOOL_ERROR_RATE = TOOL_PREFIX + "error_rate"  # share of the programs run that raised or exited non-zero

@@ -24,11 +24,11 @@ from trl import GRPOConfig, ModelConfig, TrlParser
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
+from drgrpo.algorithm.rollout.arguments import ToolArguments
 from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.errors import RecipeError
 from drgrpo.data import DataArguments
 from drgrpo.observe.diagnostics import DiagnosticsArguments
-from drgrpo.rollout.arguments import ToolArguments
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import OutputDirArguments
 from rewards import RewardArguments

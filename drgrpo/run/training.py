@@ -12,6 +12,8 @@ from trl import ModelConfig, get_peft_config
 from drgrpo.algorithm.advantages import lowest_scores
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import extra_eos_token_ids
+from drgrpo.algorithm.rollout.python_tool import build_python_tool, tool_reward_funcs
+from drgrpo.algorithm.rollout.trl_rollout import make_rollout_func
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from drgrpo.core.adapters import record_portable_base, save_merged
 from drgrpo.core.checkpoints import find_resumable_checkpoint
@@ -19,8 +21,6 @@ from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
 from drgrpo.observe.step_log import use_step_lines
-from drgrpo.rollout.python_tool import build_python_tool, tool_reward_funcs
-from drgrpo.rollout.trl_rollout import make_rollout_func
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
@@ -86,8 +86,8 @@ def train(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
-    # The Python tool (drgrpo/rollout/): its sandbox starts now, so a machine that cannot isolate programs fails
-    # before the model loads; TRL's `rollout_func` then runs the multi-turn loop on every rank.
+    # The Python tool (drgrpo/algorithm/rollout/): its sandbox starts now, so a machine that cannot isolate programs
+    # fails before the model loads; TRL's `rollout_func` then runs the multi-turn loop on every rank.
     rollout_func = None
     if training_args.python_tool:
         rollout_func = make_rollout_func(training_args, build_python_tool(training_args, script_args))

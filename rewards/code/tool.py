@@ -1,7 +1,7 @@
 """The Python tool of tool-integrated RL: programs in, observation texts out, run in the code sandbox.
 
-The policy writes ```python ... ``` in the middle of an answer; the rollout (`drgrpo.rollout`) cuts generation at the
-closing fence, hands every program of a turn to `PythonTool.run_many` as one batch (the sandbox runs them
+The policy writes ```python ... ``` in the middle of an answer; the rollout (`algorithm/rollout/`) cuts generation at
+the closing fence, hands every program of a turn to `PythonTool.run_many` as one batch (the sandbox runs them
 `num_workers` at a time), and appends the observation this module writes: the program's standard output, or the last
 line of its error, or a note that it ran past its time limit, truncated to `output_chars` characters. The programs
 run under exactly the isolation and limits of the `code` reward (`rewards.code.sandbox`, docs/code-rewards.md).

@@ -7,8 +7,8 @@
   is exactly what TRL would have generated.
 - vLLM (colocate or server) and transformers' continuous batching: TRL's `_generate_single_turn`, unchanged. vLLM is
   also given the stop string "```\\n" (with `include_stop_str_in_output`), so a turn usually stops at its fence; the
-  loop cuts every row on its ids in any case (`drgrpo.rollout.protocol.cut_turn`), so a backend that stops late (or
-  early) still gives the same trajectory.
+  loop cuts every row on its ids in any case (`protocol.cut_turn`), so a backend that stops late (or early) still
+  gives the same trajectory.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from drgrpo.rollout.protocol import FenceScanner, TokenPieces
+from drgrpo.algorithm.rollout.protocol import FenceScanner, TokenPieces
 
 VLLM_STOP = "```\n"  # the usual closing fence; a false stop (an untagged block's opening) only pauses the turn
 
@@ -48,8 +48,8 @@ class TurnStop(StoppingCriteria):
 
 
 class TrainerTurns:
-    """`generate(rows, budgets, owners)` for `drgrpo.rollout.loop.run_tool_loop`, with a `GRPOTrainer`'s backend (the
-    trainer samples from its own generator state: `owners` is not used)."""
+    """`generate(rows, budgets, owners)` for `loop.run_tool_loop`, with a `GRPOTrainer`'s backend (the trainer samples
+    from its own generator state: `owners` is not used)."""
 
     def __init__(self, trainer: Any, pieces: TokenPieces) -> None:
         self.trainer = trainer

@@ -2,7 +2,7 @@
 programs in one batch, append their observations, repeat until every answer has ended.
 
 It knows nothing of the generation backend: `generate(rows, budgets, owners)` is TRL's trainer
-(`drgrpo.rollout.generation`), the evaluator's backend or a scripted generator in the tests. `owners[i]` is
+(`drgrpo.algorithm.rollout.generation`), the evaluator's backend or a scripted generator in the tests. `owners[i]` is
 (answer index, turn index) of row i, or None for a padding row (the evaluator seeds each turn of each sample from
 it; a turn the generator stopped early keeps its index when continued). It returns, per row, the ids it generated
 (and their log-probs or None); it may stop a row anywhere at or after its cut (at the fence, eos or budget, or
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from drgrpo.rollout.protocol import (
+from drgrpo.algorithm.rollout.protocol import (
     BUDGET,
     EOS,
     FENCE,
@@ -132,11 +133,10 @@ class LoopSettings:
     eos_ids: tuple[int, ...]
 
 
-class ToolRunner:
+class ToolRunner(Protocol):
     """The loop's view of the tool: programs in, (output text, status) out; `rewards.code.tool.PythonTool`."""
 
-    def run_many(self, programs: Sequence[str]) -> list:  # pragma: no cover - an interface
-        raise NotImplementedError
+    def run_many(self, programs: Sequence[str]) -> list: ...
 
 
 def _turn_index(answer: Answer) -> int:

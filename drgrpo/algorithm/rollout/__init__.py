@@ -2,8 +2,9 @@
 the answer, and the trainer trains on the whole trajectory with the tool's tokens masked (docs/tools.md).
 
 May import: `drgrpo.core`, `rewards` (the sandbox and the Python tool, `rewards.code.tool`), `drgrpo.observe` (metric
-names), and torch, transformers, TRL. Used by `drgrpo.algorithm` (the config's keys, the rewards' text), `drgrpo.run`
-(TRL's `rollout_func`) and `drgrpo.evaluation` (evaluation at a call budget).
+names), and torch, transformers, TRL; nothing else of `drgrpo.algorithm`, whose subpackage it is. Used by the
+config (the keys), the trainer (the rewards' text), `drgrpo.run` (TRL's `rollout_func`) and `drgrpo.evaluation`
+(evaluation at a call budget).
 
 Modules, each importing only the ones listed before it:
 - `arguments`: `ToolArguments`, the recipe keys (`python_tool`, `tool_*`) with their range checks;

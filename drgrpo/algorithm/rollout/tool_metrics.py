@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
+from drgrpo.algorithm.rollout.loop import Answer
 from drgrpo.observe import metric_names as names
-from drgrpo.rollout.loop import Answer
 
 # One row per answer; a fixed column order so that the rows of all ranks gather into one tensor.
 COLUMNS = (

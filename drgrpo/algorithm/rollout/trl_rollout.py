@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from drgrpo.rollout.arguments import ToolArguments
-from drgrpo.rollout.generation import TrainerTurns, add_vllm_stop
-from drgrpo.rollout.loop import Answer, LoopSettings, ToolRunner, run_tool_loop
-from drgrpo.rollout.protocol import TokenPieces
-from drgrpo.rollout.tool_metrics import answer_counts, tool_metrics
+from drgrpo.algorithm.rollout.arguments import ToolArguments
+from drgrpo.algorithm.rollout.generation import TrainerTurns, add_vllm_stop
+from drgrpo.algorithm.rollout.loop import Answer, LoopSettings, ToolRunner, run_tool_loop
+from drgrpo.algorithm.rollout.protocol import TokenPieces
+from drgrpo.algorithm.rollout.tool_metrics import answer_counts, tool_metrics
 
 MODEL_TEXT = "tool_model_text"  # the rollout's column the trainer hands to the rewards as their completions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from drgrpo.rollout.arguments import ToolArguments
+from drgrpo.algorithm.rollout.arguments import ToolArguments
 from rewards.code.reward import sandbox_limits
 from rewards.code.sandbox import get_sandbox
 from rewards.code.settings import CodeRewardArguments
