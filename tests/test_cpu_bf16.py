@@ -303,3 +303,20 @@ def test_auto_on_this_machine_from_the_users_side(tiny_model_path, addition_data
         assert "precision: training float32 over float32 trained weights" in lines[0]
         assert "generation float32" in lines[0]
         assert all(flag in lines[0] for flag in bf16_flags_for(platform.machine()))  # avx512_bf16, amx_bf16 on x86
+
+
+@pytest.mark.parametrize("bf16, dtype", [(True, "bf16-autocast"), (False, "float32")])
+def test_experiments_evaluate_in_the_precision_they_trained(monkeypatch, tmp_path, bf16, dtype):
+    """The tool demo and the GRPO-vs-Dr.GRPO comparison evaluate their runs in training's precision, never the
+    evaluator's `auto`: a recipe with `bf16: false` on a CPU with native bf16 was evaluated in bf16 before."""
+    import drgrpo.evaluation as evaluation
+    from drgrpo.evaluation.backends import training_precision_dtype
+    from drgrpo.experiments import comparison, tools_demo
+
+    seen = []
+    monkeypatch.setattr(evaluation, "evaluate", lambda **kwargs: seen.append(kwargs["dtype"]) or {})
+    monkeypatch.setattr(tools_demo, "strict_accuracy", lambda *args, **kwargs: 0.0)
+    assert training_precision_dtype(bf16) == dtype
+    tools_demo.held_out("m", "r.yaml", tmp_path / "t.jsonl", tmp_path, 8, 4, 2, bf16)
+    comparison.held_out_evaluation("m", tmp_path / "t.jsonl", tmp_path, 8, "chat", bf16=bf16)
+    assert seen == [dtype, dtype]

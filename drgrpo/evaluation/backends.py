@@ -77,6 +77,13 @@ def _checkpoint_generation_config(model_path: str):
 BF16_AUTOCAST = "bf16-autocast"
 
 
+def training_precision_dtype(bf16: bool) -> str:
+    """The evaluator's `dtype` that matches a CPU training run's precision (its resolved `bf16`): float32 weights
+    under bf16 autocast as training generated, or plain float32. An experiment that evaluates a run it trained passes
+    this, never `auto`: a recipe with `bf16: false` on a CPU with native bf16 would otherwise be evaluated in bf16."""
+    return BF16_AUTOCAST if bf16 else "float32"
+
+
 def cpu_precision(dtype: str) -> tuple[str, bool, str]:
     """(weights dtype, bf16 autocast on, one line) for the transformers backend on CPU: `auto` is float32 weights
     under bf16 autocast where the CPU computes bf16 natively (drgrpo/core/cpu_bf16.py), as CPU training generates,

@@ -131,10 +131,13 @@ def held_out_evaluation(
     prompt_template: str,
     resume: bool = False,
     truncated_as_wrong: bool = False,
+    bf16: bool = False,
 ) -> dict:
-    """Greedy held-out evaluation by the project's evaluator, prompted as in training (continued from its saved
-    samples with `resume`; a sample cut at `max_new_tokens` counted wrong with `truncated_as_wrong`)."""
+    """Greedy held-out evaluation by the project's evaluator, prompted as in training and in training's precision
+    (`bf16`: float32 weights under bf16 autocast; else float32), continued from its saved samples with `resume`; a
+    sample cut at `max_new_tokens` counted wrong with `truncated_as_wrong`."""
     from drgrpo.evaluation import evaluate
+    from drgrpo.evaluation.backends import training_precision_dtype
 
     return evaluate(
         model_path=str(model),
@@ -146,6 +149,7 @@ def held_out_evaluation(
         temperature=0.0,
         max_new_tokens=max_new_tokens,
         output_dir=str(output_dir),
+        dtype=training_precision_dtype(bf16),
         overwrite=not resume,  # runs retrained from scratch must not resume from an earlier comparison's samples
         truncated_as_wrong=truncated_as_wrong,
         progress=prompt_template != "plain",  # a bar for the real model's minutes, none for the tiny one's seconds
@@ -324,6 +328,7 @@ def run_comparison(settings: CompareSettings) -> dict:
                 begin.prompt_template,
                 settings.resume,
                 settings.truncated_as_wrong,
+                row.get("bf16", False),  # the start in the first run's precision (the recipes of one comparison share it)
             )
         rows.append(row)
         histories[row["run"]] = history
@@ -387,9 +392,11 @@ def compare_one(recipe: str, settings: CompareSettings, begin: StartingPoint) ->
         begin.prompt_template,
         settings.resume,
         settings.truncated_as_wrong,
+        bool(training_args.bf16),
     )
     row = run_summary(label, training_args.algorithm_summary, history, evaluation, settings.final_window)
     train_seconds, train_load = segments_total(wall_time)
-    row.update(train_seconds=train_seconds, train_load=train_load, budget=budget, per_step=per_step(history))
+    row.update(train_seconds=train_seconds, train_load=train_load, budget=budget, per_step=per_step(history),
+               bf16=bool(training_args.bf16))  # fmt: skip
     saved.write_text(json.dumps({"row": row, "history": history}, indent=1) + "\n")
     return row, history

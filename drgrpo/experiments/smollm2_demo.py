@@ -88,7 +88,7 @@ def held_out(
     """Greedy evaluation on the held-out problems with the chat template, by the project's evaluator, in training's
     precision (`bf16`: float32 weights under bf16 autocast, as training generates; else float32)."""
     from drgrpo.evaluation import evaluate
-    from drgrpo.evaluation.backends import BF16_AUTOCAST
+    from drgrpo.evaluation.backends import training_precision_dtype
 
     summary = evaluate(
         model_path=model,
@@ -101,7 +101,7 @@ def held_out(
         max_new_tokens=max_new_tokens,
         output_dir=str(output_dir),
         batch_size=batch_size,
-        dtype=BF16_AUTOCAST if bf16 else "float32",
+        dtype=training_precision_dtype(bf16),
         overwrite=True,  # the demo retrains each run: never resume from an earlier run's samples
         truncated_as_wrong=truncated_as_wrong,
     )

@@ -37,9 +37,13 @@ class ToolDemoSettings:
     rl_overrides: tuple[str, ...] = ()
 
 
-def held_out(model: str, recipe: str, test_file: Path, output_dir: Path, budget: int, calls: int, batch: int) -> dict:
-    """Greedy held-out evaluation at call budget `calls` (0: no tool), with the recipe's prompt and tool settings."""
+def held_out(
+    model: str, recipe: str, test_file: Path, output_dir: Path, budget: int, calls: int, batch: int, bf16: bool
+) -> dict:
+    """Greedy held-out evaluation at call budget `calls` (0: no tool), with the recipe's prompt and tool settings, in
+    training's precision (`bf16`: float32 weights under bf16 autocast; else float32)."""
     from drgrpo.evaluation import evaluate
+    from drgrpo.evaluation.backends import training_precision_dtype
 
     summary = evaluate(
         model_path=model,
@@ -52,6 +56,7 @@ def held_out(model: str, recipe: str, test_file: Path, output_dir: Path, budget:
         max_new_tokens=budget,
         output_dir=str(output_dir),
         batch_size=batch,
+        dtype=training_precision_dtype(bf16),
         overwrite=True,  # the demo retrains each run: never resume from an earlier run's samples
         progress=False,
         tool_max_calls=calls,
@@ -99,6 +104,7 @@ def run_tools_demo(settings: ToolDemoSettings) -> dict:
                 budget,
                 calls,
                 settings.eval_batch_size,
+                bool(training_args.bf16),
             )  # fmt: skip
             for calls in BUDGETS
         }
