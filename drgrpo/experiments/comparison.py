@@ -328,7 +328,7 @@ def run_comparison(settings: CompareSettings) -> dict:
                 begin.prompt_template,
                 settings.resume,
                 settings.truncated_as_wrong,
-                row.get("bf16", False),  # the start in the first run's precision (the recipes of one comparison share it)
+                row.get("bf16", False),  # the start, in the first run's precision (both recipes share it)
             )
         rows.append(row)
         histories[row["run"]] = history
