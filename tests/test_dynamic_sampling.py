@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -243,3 +244,27 @@ def test_resume_position_is_read_on_the_main_process_and_broadcast(tmp_path, mon
     other = stream_callback(0, is_main_process=False)
     other.on_train_begin(SimpleNamespace(output_dir=str(other_disk)), state, None)
     assert main.sampler.consumed == other.sampler.consumed == 17
+
+
+def test_the_stream_position_is_in_the_checkpoint_before_its_trainer_state(
+    tiny_model_path, addition_data, tmp_path, monkeypatch
+):
+    """transformers writes `trainer_state.json` last, and a checkpoint with it counts as complete: the stream's file
+    must already be there when it is written, or a kill between the two resumes with the stream restarted."""
+    from transformers import TrainerState
+
+    seen = []
+    save_to_json = TrainerState.save_to_json
+
+    def checked_save(self, json_path):
+        seen.append((Path(json_path).parent.name, (Path(json_path).parent / STATE_FILE).is_file()))
+        return save_to_json(self, json_path)
+
+    monkeypatch.setattr(TrainerState, "save_to_json", checked_save)
+    trainer, trained, _ = make_trainer(
+        tiny_model_path, addition_data, tmp_path, max_steps=4, save_strategy="steps", save_steps=2
+    )
+    trainer.train()
+    assert seen == [("checkpoint-2", True), ("checkpoint-4", True)]
+    saved = json.loads((tmp_path / "checkpoint-2" / STATE_FILE).read_text())["consumed"]
+    assert saved == trained[0]["consumed"] > 0

@@ -349,17 +349,34 @@ def exhausted_message(rounds: int, informative: int, target: int) -> str:
 
 
 class _SaveStreamPosition(TrainerCallback):
-    """Writes the refill stream's position into each checkpoint and reads it back when training resumes."""
+    """Writes the refill stream's position into each checkpoint and reads it back when training resumes.
+
+    The file is written when a save is decided (`control.should_save` at the end of a step or epoch, after TRL's
+    `DefaultFlowCallback` set it), that is *before* transformers writes the checkpoint, whose `trainer_state.json`
+    comes last: a checkpoint `find_resumable_checkpoint` calls complete always holds it. Written from `on_save`
+    alone, a kill between the two left a complete-looking checkpoint without it, and the resumed run restarted the
+    stream from its beginning. `on_save` writes it again, for a save made outside that flow."""
 
     def __init__(self, sampler: DynamicSampler) -> None:
         self.sampler = sampler
 
-    def on_save(self, args, state, control, **kwargs):
+    def _write(self, args, state) -> None:
         if state.is_world_process_zero:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
             state_now = {"consumed": self.sampler.consumed, "generated_tokens": self.sampler.generated_tokens}
             (folder / STATE_FILE).write_text(json.dumps(state_now))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save:
+            self._write(args, state)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if control.should_save:
+            self._write(args, state)
+
+    def on_save(self, args, state, control, **kwargs):
+        self._write(args, state)
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
