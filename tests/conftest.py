@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +24,13 @@ PYTHON = sys.executable
 # Capabilities a machine must have for its tests to run rather than skip (comma-separated, or `all`). `.ci/run` sets
 # `all`: CI's machine has namespaces, root, `unshare -n` and PyPI, so a test that would skip there fails instead.
 REQUIRE_ENV = "DRGRPO_REQUIRE"
+
+
+def default_sigint() -> None:
+    """`preexec_fn` of a child a test stops with Ctrl-C (SIGINT): a shell starts a background job (`make test &`,
+    `nohup`) with SIGINT ignored, children inherit that, and Python then installs no KeyboardInterrupt handler, so
+    the child would run to its end and the test would fail for how it was launched."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def skip_unless_required(requirement: str, reason: str) -> NoReturn:

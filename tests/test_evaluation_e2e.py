@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, default_sigint
 
 from drgrpo.evaluation import evaluate, pass_at_k
 
@@ -213,7 +213,12 @@ def test_ctrl_c_ends_with_one_line_saying_what_is_saved_and_how_to_resume(tiny_m
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MAKELEVEL": "1"}
     process = subprocess.Popen(
-        [PYTHON, "scripts/evaluate.py", *argv], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [PYTHON, "scripts/evaluate.py", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
     )
     samples = out / "samples.jsonl"
     deadline = time.monotonic() + 120

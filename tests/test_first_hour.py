@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, skip_unless_required
+from conftest import PYTHON, ROOT, default_sigint, skip_unless_required
 from test_errors import run_script, the_error
 
 from drgrpo.core import models
@@ -145,7 +145,9 @@ def test_a_run_without_checkpoints_says_so_at_start_on_ctrl_c_and_at_rerun(tiny_
     with open(log_path, "w") as log:
         # Unbuffered: the step lines reach the log as they are printed (a fast run can end before a buffer flushes).
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        first = subprocess.Popen([PYTHON, *run], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        first = subprocess.Popen(
+            [PYTHON, *run], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=default_sigint
+        )
         try:
             deadline = time.monotonic() + 300
             while "step 2/500 | reward" not in log_path.read_text():
