@@ -8,9 +8,15 @@ import os
 import subprocess
 
 import pytest
+import torch
 from conftest import PYTHON, ROOT
 
-from drgrpo.experiments.bias.mechanism import TailProbe, expected_tail_length, mean_and_standard_error
+from drgrpo.experiments.bias.mechanism import (
+    TailProbe,
+    completion_mask,
+    expected_tail_length,
+    mean_and_standard_error,
+)
 from drgrpo.experiments.bias.report import (
     MECHANISM_KEYS,
     RUN_KEYS,
@@ -156,3 +162,14 @@ def test_make_bias_short_run_writes_its_files(tmp_path):
 def test_tail_probe_of_a_batch_without_readable_answers_is_empty():
     # A barely trained model (the short run's) may write no `c{guess} x+y=s, n;` at all in a batch: nothing to measure.
     assert TailProbe(model=None, tokenizer=None, max_completion_length=40).expected_lengths([], [], []) == []
+
+
+def test_completion_mask_by_hand():
+    """Up to and including the first eos (2); a completion cut at the limit, without one, is kept whole."""
+    ids = torch.tensor([[5, 6, 2, 2, 2], [5, 2, 7, 2, 2], [5, 6, 7, 8, 9], [2, 2, 2, 2, 2]])
+    assert completion_mask(ids, eos_token_id=2).tolist() == [
+        [1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1],  # cut off: all 5 tokens (the first version kept 2)
+        [1, 0, 0, 0, 0],
+    ]

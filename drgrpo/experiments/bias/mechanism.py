@@ -98,6 +98,19 @@ class TailProbe:
         return results
 
 
+def completion_mask(completion_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """1 on each completion's tokens up to and including its first end-of-sequence token, 0 after it (TRL's
+    completion mask); a completion without one (cut at the length limit) is all 1s.
+
+    (The first version built the no-eos position with `full_like` of a *bool* row, which made it 1: a cut-off answer
+    was masked to its first 2 tokens, its length read as 2 and its gradient taken over those 2 tokens.)"""
+    is_eos = completion_ids == eos_token_id
+    no_eos = torch.full((completion_ids.shape[0],), completion_ids.shape[1], dtype=torch.long)
+    first_eos = torch.where(is_eos.any(1), is_eos.long().argmax(1), no_eos)
+    positions = torch.arange(completion_ids.shape[1]).unsqueeze(0)
+    return (positions <= first_eos.unsqueeze(1)).long()
+
+
 def sample_groups(
     model, tokenizer, prompts: Sequence[str], group_size: int, max_completion_length: int, temperature: float = 1.0
 ):
@@ -122,10 +135,7 @@ def sample_groups(
             eos_token_id=tokenizer.eos_token_id,
         )
     completion_ids = generated[:, prompt_ids.shape[1] :]
-    is_eos = completion_ids == tokenizer.eos_token_id
-    first_eos = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(is_eos[:, 0], is_eos.shape[1]))
-    positions = torch.arange(completion_ids.shape[1]).unsqueeze(0)
-    mask = (positions <= first_eos.unsqueeze(1)).long()
+    mask = completion_mask(completion_ids, tokenizer.eos_token_id)
     padded = completion_ids * mask + tokenizer.pad_token_id * (1 - mask)
     texts = tokenizer.batch_decode(padded, skip_special_tokens=True)
     return prompt_ids, completion_ids, mask, texts
