@@ -25,13 +25,14 @@ from drgrpo.experiments.bias.experiment import machine_facts
 logger = logging.getLogger(__name__)
 
 MODEL = "smollm2-135m-instruct"
-# Seconds measured on the 2-core development machine (AMD EPYC, float32, torch on 1 thread, nice 0 among other
-# helpers' nice-10 jobs, load average given), for the expected time printed at the start.
+# Seconds measured on 2 cores of an Intel Xeon (2026-12-02, float32, load average given), for the expected time printed
+# at the start. The train step was measured with GRPO and Dr.GRPO training side by side on one torch thread each, so
+# one run alone on two threads is likely faster (not measured); an AMD EPYC under load 8.5 took 680 / 130 / 3.0 s.
 MEASURED = {
-    "load": 8.5,
-    "mechanism_batch": 680.0,  # one batch of 4 prompts x (8 + 8) answers: sampling, two gradients, three scorings
-    "train_step": 130.0,  # one step of 2 prompts x 8 completions at 128 tokens, mean over a run
-    "eval_problem": 3.0,  # one held-out problem, greedy, 128 tokens, batches of 32
+    "load": 2.9,
+    "mechanism_batch": 60.0,  # one batch of 4 prompts x (8 + 8) answers: sampling, two gradients, three scorings
+    "train_step": 36.0,  # one step of 2 prompts x 8 completions at 128 tokens, mean over a run
+    "eval_problem": 0.3,  # one held-out problem, greedy, 128 tokens, batches of 32
 }
 
 
