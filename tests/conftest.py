@@ -21,8 +21,9 @@ os.environ.pop("MAKELEVEL", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-# Capabilities a machine must have for its tests to run rather than skip (comma-separated, or `all`). `.ci/run` sets
-# `all`: CI's machine has namespaces, root, `unshare -n` and PyPI, so a test that would skip there fails instead.
+# Capabilities a machine must have for its tests to run rather than skip (comma-separated, or `all`): namespaces, root,
+# system_python, cgroups, landlock, prlimit, pypi, smollm2, quiet_machine (the sandbox's fairness test can only judge a
+# machine not loaded past its limits). `.ci/run` sets `all`, so a test that would skip there fails instead.
 REQUIRE_ENV = "DRGRPO_REQUIRE"
 
 

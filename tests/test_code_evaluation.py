@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import skip_unless_required
 
 from drgrpo.evaluation import evaluate
 from drgrpo.evaluation.answers import normalize_gold
@@ -30,7 +31,7 @@ def test_a_sample_is_correct_only_when_it_passes_every_test():
     try:
         verdicts = grade_code_completions(completions, golds, code_settings({"code_num_workers": 1}))
     except NamespacesUnavailable as exc:
-        pytest.skip(f"no namespaces on this kernel: {exc}")
+        skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
     assert [v for v, _ in verdicts] == ["correct"] * 3 + ["incorrect", "no_answer", "gold_unparsable"]
 
 

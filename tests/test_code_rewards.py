@@ -407,7 +407,7 @@ def test_an_unprivileged_trainer_is_refused_the_fallback(unprivileged_tree):
     import subprocess
 
     if subprocess.run(["/usr/bin/python3", "-c", "import dataclasses"]).returncode:
-        pytest.skip("no system Python that an unprivileged user can run")
+        skip_unless_required("system_python", "no system Python that an unprivileged user can run")
     user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
     command = ["timeout", "60", *user, "/usr/bin/python3", "-c", FALLBACK_AS_USER]

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_unless_required
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "code_sandbox_probe.py"
@@ -59,7 +60,7 @@ def run_probe(command: list[str], env: dict | None = None) -> dict:
     """Run the probe under the outer bounds; its JSON report. Skips only where the kernel refuses namespaces (the
     probe reports NamespacesUnavailable as "unavailable"; any other failure of the sandbox fails the test)."""
     if shutil.which("prlimit") is None:
-        pytest.skip("util-linux prlimit is needed to bound the hostile programs from outside")
+        skip_unless_required("prlimit", "util-linux prlimit is needed to bound the hostile programs from outside")
     process = subprocess.Popen(
         OUTER_LIMITS + command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env
     )
@@ -74,7 +75,7 @@ def run_probe(command: list[str], env: dict | None = None) -> dict:
     assert process.returncode == 0, stderr.decode()[-3000:]
     report = json.loads(stdout.decode().strip().splitlines()[-1])
     if "unavailable" in report:
-        pytest.skip(f"no user/network namespaces on this kernel: {report['unavailable']}")
+        skip_unless_required("namespaces", f"no user/network namespaces on this kernel: {report['unavailable']}")
     return report
 
 
@@ -115,8 +116,10 @@ def test_nothing_outside_was_touched_and_nothing_outlives_the_sandbox(report):
 def test_a_deep_tree_is_deleted_without_recursion_in_the_fallback_too():
     """Without namespaces (root trainer, fallback allowed) the work folder is deleted by `remove_tree`, not by
     shutil.rmtree (RecursionError on 1500 nested folders); the sandbox keeps working and leaves no folder."""
-    if os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK):
-        pytest.skip("the fallback is for root trainers, with a system Python")
+    if os.geteuid() != 0:
+        skip_unless_required("root", "the fallback is for root trainers")
+    if not os.access("/usr/bin/python3", os.X_OK):
+        skip_unless_required("system_python", "the fallback needs a system Python that any uid can run")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = run_probe([sys.executable, str(PROBE), "--fallback", "deep_tree"], env)
     assert result["mode"] == "fallback"
@@ -131,7 +134,7 @@ def test_the_same_holds_for_an_unprivileged_trainer(unprivileged_tree):
     """The other set-up path: a trainer that is not root maps itself to uid 65534 in its own user namespace."""
     python = "/usr/bin/python3"
     if not os.path.exists(python) or subprocess.run([python, "-c", "import dataclasses"]).returncode:
-        pytest.skip("no system Python that an unprivileged user can run")
+        skip_unless_required("system_python", "no system Python that an unprivileged user can run")
     user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
     result = run_probe(user + [python, str(unprivileged_tree / "tests" / "code_sandbox_probe.py")], env)

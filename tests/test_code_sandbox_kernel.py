@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_unless_required
 from test_code_sandbox_adversarial import run_probe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +88,10 @@ def test_a_correct_program_passes_beside_a_setsid_fork_flood(report):
     alone, beside = fairness["alone"], fairness["beside_flood"]
     assert fairness["flood"]["status"] == "timeout", fairness  # at any load: more load only makes it time out sooner
     if alone["status"] != "ok" or alone["wall_s"] > TIMEOUT:
-        pytest.skip(f"this machine is too loaded to tell: the program alone took {alone} (wall limit {2 * TIMEOUT})")
+        skip_unless_required(
+            "quiet_machine",
+            f"this machine is too loaded to tell: the program alone took {alone} (wall limit {2 * TIMEOUT})",
+        )
     assert beside["status"] == "ok", fairness
 
 
@@ -96,7 +100,9 @@ def test_root_runners_get_a_cpu_cgroup_where_the_machine_allows_one(report):
 
     found = cpu_cgroup_folder()
     if os.geteuid() != 0 or found is None or not os.access(found[0], os.W_OK):
-        pytest.skip(f"no writable cgroup folder for the cpu controller here ({found}): the runners go without")
+        skip_unless_required(
+            "cgroups", f"no writable cgroup folder for the cpu controller here ({found}): the runners go without"
+        )
     assert all(path and path.startswith(found[0]) for path in report["cgroups"]), report["cgroups"]
     assert not [p for p in report["cgroups"] if os.path.exists(p)]  # removed with the sandbox
 
@@ -105,7 +111,7 @@ def test_root_runners_get_a_cpu_cgroup_where_the_machine_allows_one(report):
 def test_the_same_holds_for_an_unprivileged_trainer(unprivileged_tree):
     python = "/usr/bin/python3"
     if not os.path.exists(python) or subprocess.run([python, "-c", "import dataclasses"]).returncode:
-        pytest.skip("no system Python that an unprivileged user can run")
+        skip_unless_required("system_python", "no system Python that an unprivileged user can run")
     user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
     result = run_probe(user + [python, str(unprivileged_tree / "tests" / PROBE.name), "namespaces"], env)
@@ -121,7 +127,7 @@ def test_the_fallback_hides_test_cases_and_touches_no_process_socket_or_file_of_
     65534 neither die nor crowd the programs' process limit), no socket() (the trainer's TCP and Unix listeners
     are unreachable), and with Landlock no test-case file readable and no file created anywhere."""
     if not os.access("/usr/bin/python3", os.X_OK):
-        pytest.skip("the fallback needs a system Python that any uid can run")
+        skip_unless_required("system_python", "the fallback needs a system Python that any uid can run")
     result = run_probe([sys.executable, str(PROBE), "fallback"], {**os.environ, "PYTHONPATH": str(ROOT)})
     assert result["mode"] == "fallback"
     assert result["victim_beside_killer"] == {"status": "ok", "stdout": "alive"}
@@ -131,7 +137,9 @@ def test_the_fallback_hides_test_cases_and_touches_no_process_socket_or_file_of_
     uids = result["program_uids"]
     assert all(uid >= OWN_IDS_BASE for uid in uids) and len(set(uids)) == len(uids), uids
     if not all(result["landlock"]):
-        pytest.skip("this kernel has no Landlock: the fallback cannot hide files (its warning says so)")
+        skip_unless_required(
+            "landlock", "this kernel has no Landlock: the fallback cannot hide files (its warning says so)"
+        )
     assert result["read_tests"].startswith("refused"), result["read_tests"]
     assert result["files_made"] == "nothing"
 

@@ -9,7 +9,7 @@ import subprocess
 import urllib.request
 
 import pytest
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, skip_unless_required
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -136,7 +136,7 @@ def test_real_resolver_passes_the_documented_line_and_fails_vllm_0_33():
     """`make check-install` as docs/install.md runs it (a minute or two: pip downloads metadata only): the README's
     GPU line resolves to torch, torchvision and vLLM of one CUDA major version."""
     if not pypi_reachable():
-        pytest.skip("PyPI is not reachable from this machine: pip's resolver cannot run")
+        skip_unless_required("pypi", "PyPI is not reachable from this machine: pip's resolver cannot run")
     good = check_install("torch==2.13.0")
     assert good.returncode == 0, good.stdout + good.stderr[-3000:]
     assert "check-install: OK" in good.stdout and "vllm 0.30.0" in good.stdout.lower()
