@@ -241,7 +241,8 @@ bias: install
 # outputs/bias-real/{curves.png,summary.md,summary.json}. Hours on 2 cores (it prints its expected time first); rerun
 # it after an interruption to continue: finished parts are kept. ARGS="--max_minutes 30" stops at the first safe point
 # past 30 minutes with exit status 75 (a shared machine: rerun under its lock until it exits 0; docs/bias.md).
-# Threads follow the free cores (drgrpo/core/threads.py).
+# Each seed's two runs train side by side, one process each on half the cores (ARGS="--no-side_by_side": one after the
+# other, threads following the free cores, drgrpo/core/threads.py).
 .PHONY: bias-real
 bias-real: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/bias_real.py $(ARGS)

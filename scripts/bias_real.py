@@ -7,6 +7,7 @@ past N minutes and exits with status 75 ("rerun to continue"): on a shared machi
 about N minutes at a time.
 
     python scripts/bias_real.py [--seeds 0 1 2] [--num_test 100] [--mechanism_batches 24] [--max_minutes 30]
+        [--no-side_by_side]
         [-- --max_steps 80 ...]
 """
 
@@ -35,6 +36,12 @@ def main() -> int | None:
         choices=["mechanism", "runs"],
         help="one part alone (the report is written once both are done)",
     )
+    parser.add_argument(
+        "--side_by_side",
+        action=argparse.BooleanOptionalAction,
+        default=RealBiasSettings.side_by_side,
+        help="each seed's two runs at once, the cores split between them (--no-side_by_side: one after the other)",
+    )
     parser.add_argument("--max_minutes", type=float, help="stop at the first safe point past this; exit status 75")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe overrides for every run, after --")
     args = parser.parse_args()
@@ -48,6 +55,7 @@ def main() -> int | None:
         num_test=args.num_test,
         parts=tuple(args.parts),
         max_minutes=args.max_minutes,
+        side_by_side=args.side_by_side,
         mechanism=ChatMechanismSettings(
             num_batches=args.mechanism_batches, prompts_per_batch=args.mechanism_prompts, step_norm=args.step_norm
         ),

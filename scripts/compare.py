@@ -2,7 +2,7 @@
 write OUTPUT_DIR/{curves.png,summary.md,summary.json}.
 
     python scripts/compare.py [--task smollm2|smollm2-long|tiny] [--output_dir outputs/compare] [--seed 42]
-        [--seeds 0 1 2] [-- --max_steps 10 ...]
+        [--seeds 0 1 2] [--side_by_side] [-- --max_steps 10 ...]
 
 `--task smollm2` (`make compare`): SmolLM2-135M-Instruct, recipes/smollm2_135m_{grpo,drgrpo}.yaml, the real demo's
 chat additions. `--task smollm2-long`: the same trained 60 steps with answers up to 128 tokens
@@ -29,6 +29,9 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, help="several seeds, one comparison each (OUTPUT_DIR/seedN)")
     parser.add_argument("--num_test", type=int, default=CompareSettings.num_test, help="smollm2: held-out problems")
     parser.add_argument("--data_seed", type=int, default=CompareSettings.data_seed, help="smollm2: the task split")
+    parser.add_argument(
+        "--side_by_side", action="store_true", help="train both runs at once, one process each, the cores split"
+    )
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe overrides for both runs, after --")
     args = parser.parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
@@ -51,6 +54,7 @@ def main() -> None:
             data_dir=f"{output_dir}/data" if args.seeds else None,  # every seed on the same problems
             baseline_dir=f"{output_dir}/eval/start" if args.seeds else None,  # and one evaluation of the start
             overrides=tuple(a for a in args.overrides if a != "--"),
+            side_by_side=args.side_by_side,
         )
         summary = run_comparison(settings)
         print(open(f"{folder}/summary.md").read())

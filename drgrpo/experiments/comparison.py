@@ -69,6 +69,7 @@ class CompareSettings:
     # Held-out: a sample cut at the budget counts wrong, as training scores it (None: on for smollm2-long only).
     truncated_as_wrong: bool | None = None
     deadline: Deadline | None = None  # stop at the first safe point past it (drgrpo/experiments/budget.py)
+    side_by_side: bool = False  # train the recipes at once, one process each (drgrpo/experiments/side_by_side.py)
 
     def __post_init__(self) -> None:
         if self.task not in RECIPES:
@@ -315,8 +316,13 @@ def run_comparison(settings: CompareSettings) -> dict:
     baseline_dir = Path(settings.baseline_dir) if settings.baseline_dir else out / "eval" / "start"
     rows, histories = [], {}
     baseline = None
+    trained = {}
+    if settings.side_by_side:
+        from drgrpo.experiments.side_by_side import train_side_by_side
+
+        trained = train_side_by_side(settings, begin)
     for recipe in settings.recipes:
-        row, history = compare_one(recipe, settings, begin)
+        row, history = trained[recipe] if recipe in trained else compare_one(recipe, settings, begin)
         if baseline is None:
             if settings.deadline is not None:
                 settings.deadline.check("the starting model's held-out evaluation")

@@ -47,19 +47,22 @@ class RealBiasSettings:
     edge_fraction: float = 0.1
     parts: tuple[str, ...] = ("mechanism", "runs")  # one part alone: the mechanism first, or only the runs
     max_minutes: float | None = None  # stop at the first safe point past this budget; rerun to continue
+    # Each seed's GRPO and Dr.GRPO at once, the cores split between them: how the README's times were measured.
+    side_by_side: bool = True
     mechanism: ChatMechanismSettings = field(default_factory=ChatMechanismSettings)
     overrides: tuple[str, ...] = ()
 
 
 def expected_seconds(settings: RealBiasSettings, steps: int, prompts_per_step: int) -> float:
     """The whole experiment's expected wall time from `MEASURED` (a train step scaled by its prompts from 2): mechanism,
-    `2 x seeds` runs, and `1 + 2 x seeds` held-out evaluations."""
+    `2 x seeds` runs (two at a time `side_by_side`), and `1 + 2 x seeds` held-out evaluations."""
     runs = 2 * len(settings.seeds)
+    run_slots = len(settings.seeds) if settings.side_by_side else runs
     step = MEASURED["train_step"] * prompts_per_step / 2
     batch = MEASURED["mechanism_batch"] * settings.mechanism.prompts_per_batch / 4
     return (
         settings.mechanism.num_batches * batch
-        + runs * steps * step
+        + run_slots * steps * step
         + (1 + runs) * settings.num_test * MEASURED["eval_problem"]
     )
 
@@ -109,7 +112,8 @@ def run_real_bias(settings: RealBiasSettings) -> dict:
     print(
         f"Expected time: about {expected / 3600:.1f} h from scratch (mechanism {settings.mechanism.num_batches} "
         f"batches, {2 * len(settings.seeds)} runs of {steps} steps of {prompts_per_step} prompts, "
-        f"{1 + 2 * len(settings.seeds)} evaluations of {settings.num_test} problems), as measured on 2 cores at load "
+        f"{' two at a time' if settings.side_by_side else ''}, {1 + 2 * len(settings.seeds)} evaluations of "
+        f"{settings.num_test} problems), as measured on 2 cores at load "
         f"{MEASURED['load']:g}; finished parts in {out} are kept and skipped.",
         flush=True,
     )
@@ -142,6 +146,7 @@ def run_real_bias(settings: RealBiasSettings) -> dict:
             overrides=settings.overrides,
             resume=True,
             deadline=deadline,
+            side_by_side=settings.side_by_side,
         )
         comparisons[seed] = run_comparison(compare)
     if mechanism is None or set(comparisons) != set(settings.seeds):

@@ -1,0 +1,60 @@
+"""Side-by-side training (`drgrpo/experiments/side_by_side.py`): each run in its own process trains exactly what the
+same run trains in this process with the same thread count, its output goes to its own log, and a failing run is
+raised only after the other has finished and kept its result."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from drgrpo.core.errors import RecipeFileNotFoundError
+from drgrpo.experiments.comparison import RUN_ROW, CompareSettings, StartingPoint, compare_one
+from drgrpo.experiments.side_by_side import LOG_NAME, threads_per_run, train_side_by_side
+
+RECIPES = ("recipes/tiny_grpo.yaml", "recipes/tiny_drgrpo.yaml")
+OVERRIDES = ("--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4")
+
+
+def test_threads_per_run_by_hand():
+    assert threads_per_run(2, 2) == 1
+    assert threads_per_run(16, 2) == 8
+    assert threads_per_run(3, 2) == 1
+    assert threads_per_run(1, 2) == 1  # never 0
+    with pytest.raises(ValueError, match="cores and runs"):
+        threads_per_run(0, 2)
+
+
+def _settings(folder, recipes=RECIPES) -> CompareSettings:
+    return CompareSettings(task="tiny", output_dir=str(folder), recipes=recipes, overrides=OVERRIDES, resume=True)
+
+
+def test_side_by_side_trains_what_one_at_a_time_trains(tiny_model_path, addition_data, tmp_path, monkeypatch):
+    """Both recipes at once (one spawned process each, 1 thread on 2 cores) give the same losses, rewards and
+    held-out results as the same two runs trained here one after the other on 1 thread."""
+    begin = StartingPoint(str(tiny_model_path), addition_data["train"], addition_data["test"], "plain")
+    monkeypatch.setattr("drgrpo.experiments.side_by_side.available_cores", lambda: 2)
+    together = train_side_by_side(_settings(tmp_path / "together"), begin)
+    monkeypatch.setenv("DRGRPO_TORCH_THREADS", "1")
+    for recipe in RECIPES:
+        row, history = compare_one(recipe, _settings(tmp_path / "alone"), begin)
+        side_row, side_history = together[recipe]
+        keys = ("loss", "reward", "grad_norm")
+        assert [{k: h.get(k) for k in keys} for h in side_history] == [{k: h.get(k) for k in keys} for h in history]
+        assert side_row["train_pass_rate"] == row["train_pass_rate"]
+        assert side_row["eval_pass_at_1"] == row["eval_pass_at_1"] and side_row["eval_problems"] == 50
+    for name in ("tiny_grpo", "tiny_drgrpo"):
+        log = (tmp_path / "together" / name / LOG_NAME).read_text()
+        assert "2/2" in log  # the run's own progress bar, not the parent's terminal
+        assert (tmp_path / "together" / name / RUN_ROW).is_file()
+    assert json.loads((tmp_path / "together" / "tiny_grpo" / RUN_ROW).read_text())["row"]["run"] == "GRPO"
+
+
+def test_a_failing_run_is_raised_after_the_other_finishes(tiny_model_path, addition_data, tmp_path):
+    """One recipe does not exist: its error (a clear `RecipeFileNotFoundError`, through the process boundary) comes
+    out only once the other run has trained and written its `row.json`."""
+    begin = StartingPoint(str(tiny_model_path), addition_data["train"], addition_data["test"], "plain")
+    settings = _settings(tmp_path, recipes=("recipes/tiny_grpo.yaml", "recipes/no_such_recipe.yaml"))
+    with pytest.raises(RecipeFileNotFoundError, match="no_such_recipe"):
+        train_side_by_side(settings, begin)
+    assert (tmp_path / "tiny_grpo" / RUN_ROW).is_file()
