@@ -293,3 +293,38 @@ def test_a_finished_run_is_kept_when_resuming(tmp_path):
     kept, history = compare_one(recipe, settings, begin)
     assert kept["per_step"]["pass_rate"] == {1: 0.5, 2: 0.75} and history == [{"step": 1}]
     assert not CompareSettings(task="smollm2").resume  # the quick comparison retrains both runs each time
+
+
+def test_the_ablation_recipes_each_keep_one_half_of_grpo():
+    """`make compare ARGS="--task smollm2-long-ablation"`: between the long GRPO and Dr.GRPO recipes, one ablation
+    drops only GRPO's std scaling and the other only its 1/|o_i| loss (Dr.GRPO's constant instead); every other
+    resolved training argument equals the GRPO recipe's."""
+    from drgrpo.experiments.comparison import RECIPES
+    from drgrpo.recipe.cli import parse_recipe
+
+    def resolved(recipe):
+        _, args, _ = parse_recipe([recipe])
+        fields = vars(args).copy()
+        for key in ("output_dir", "run_name", "logging_dir"):
+            fields.pop(key, None)
+        return {k: v for k, v in fields.items() if not k.startswith("_") and k != "distributed_state"}
+
+    grpo, drgrpo = (resolved(r) for r in RECIPES["smollm2-long"])
+    no_std, constant_loss = (resolved(r) for r in RECIPES["smollm2-long-ablation"])
+    knobs = ("scale_rewards", "loss_type")
+    assert [grpo[k] for k in knobs] == ["group", "grpo"] and [drgrpo[k] for k in knobs] == ["none", "dr_grpo"]
+    assert [no_std[k] for k in knobs] == ["none", "grpo"]
+    assert [constant_loss[k] for k in knobs] == ["group", "dr_grpo"]
+    for ablation in (no_std, constant_loss):
+        assert {k: v for k, v in ablation.items() if k not in knobs} == {k: v for k, v in grpo.items() if k not in knobs}
+
+
+def test_two_runs_of_one_algorithm_are_told_apart_by_their_recipe():
+    from drgrpo.experiments.comparison import distinct_run_names
+
+    rows = [{"run": "GRPO"}, {"run": "GRPO"}]
+    distinct_run_names(rows, ["recipes/a_no_std.yaml", "recipes/a_constant_loss.yaml"])
+    assert [r["run"] for r in rows] == ["GRPO (a_no_std)", "GRPO (a_constant_loss)"]
+    rows = [{"run": "GRPO"}, {"run": "Dr.GRPO"}]
+    distinct_run_names(rows, ["recipes/a.yaml", "recipes/b.yaml"])
+    assert [r["run"] for r in rows] == ["GRPO", "Dr.GRPO"]

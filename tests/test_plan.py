@@ -297,6 +297,8 @@ STEPS_PER_ROLLOUT = {
     "smollm2_135m_drgrpo_tools.yaml": 1,  # make demo-tools: the same schedule as make demo
     "smollm2_135m_long_drgrpo.yaml": 1,  # make bias-real: 4 micro-batches of 4 into one step per rollout of 16
     "smollm2_135m_long_grpo.yaml": 1,
+    "smollm2_135m_long_grpo_constant_loss.yaml": 1,  # make compare's smollm2-long-ablation, the same schedule
+    "smollm2_135m_long_grpo_no_std.yaml": 1,
     "tiny_bias_drgrpo.yaml": 1,  # make bias: one optimizer step per generation round, like the demo
     "tiny_bias_grpo.yaml": 1,
     "tiny_drgrpo.yaml": 1,

@@ -58,3 +58,25 @@ def test_a_failing_run_is_raised_after_the_other_finishes(tiny_model_path, addit
     with pytest.raises(RecipeFileNotFoundError, match="no_such_recipe"):
         train_side_by_side(settings, begin)
     assert (tmp_path / "tiny_grpo" / RUN_ROW).is_file()
+
+
+def test_a_comparison_side_by_side_of_two_grpo_recipes(tiny_model_path, addition_data, tmp_path):
+    """`run_comparison` with `side_by_side` (an ablation's shape: both recipes GRPO): both runs trained in their own
+    processes, then the start evaluated here; the table and the plot name each run by its recipe."""
+    from drgrpo.experiments.comparison import run_comparison
+
+    demo = tmp_path / "demo"
+    (demo / "data").mkdir(parents=True)
+    (demo / "sft").symlink_to(tiny_model_path)
+    for split in ("train", "test"):
+        (demo / "data" / f"{split}.jsonl").symlink_to(addition_data[split])
+    twin = tmp_path / "tiny_grpo_twin.yaml"
+    twin.write_text(open(RECIPES[0]).read())
+    settings = CompareSettings(task="tiny", output_dir=str(tmp_path / "out"), demo_dir=str(demo),
+                               recipes=(RECIPES[0], str(twin)), overrides=OVERRIDES, side_by_side=True)  # fmt: skip
+    summary = run_comparison(settings)
+    assert [r["run"] for r in summary["runs"]] == ["GRPO (tiny_grpo)", "GRPO (tiny_grpo_twin)"]
+    assert summary["runs"][0]["train_pass_rate"] == summary["runs"][1]["train_pass_rate"]  # same seed, same recipe
+    assert "GRPO (tiny_grpo_twin)" in (tmp_path / "out" / "summary.md").read_text()
+    assert (tmp_path / "out" / "curves.png").stat().st_size > 0
+    assert (tmp_path / "out" / "tiny_grpo_twin" / LOG_NAME).is_file()

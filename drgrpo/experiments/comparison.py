@@ -1,13 +1,14 @@
 """GRPO vs Dr.GRPO from the same start: train both recipes with the same seed, model and data, evaluate both on the
 held-out problems, and write the overlay plot and a markdown summary of what was measured.
 
-Three tasks: `smollm2` (`make compare`), SmolLM2-135M-Instruct on the real demo's chat additions
+Four tasks: `smollm2` (`make compare`), SmolLM2-135M-Instruct on the real demo's chat additions
 (`recipes/smollm2_135m_{grpo,drgrpo}.yaml`, data from `drgrpo.experiments.arithmetic_task`), 15 steps; `smollm2-long`
 (`make compare ARGS="--task smollm2-long --seeds 0 1 2"`, run by `make bias-real`, docs/bias.md), the same model and
 problems trained long enough for lengths to move (`recipes/smollm2_135m_long_{grpo,drgrpo}.yaml`: 60 steps, answers
-up to 128 tokens, resumable); and `tiny` (`make compare-tiny`), the tiny demo's warm-started model
-(`drgrpo.experiments.demo`, reused when `make demo-tiny` built it). The summary reports the numbers whichever way they
-come out, and one seed is one sample.
+up to 128 tokens, resumable); `smollm2-long-ablation`, the two halves of their difference each alone (GRPO without
+its std scaling, GRPO with Dr.GRPO's constant loss normaliser); and `tiny` (`make compare-tiny`), the tiny demo's
+warm-started model (`drgrpo.experiments.demo`, reused when `make demo-tiny` built it). The summary reports the numbers
+whichever way they come out, and one seed is one sample.
 
 With `resume` (the long task's default) a run that finished is kept (its `row.json`), one that was killed continues
 from its newest checkpoint, and an evaluation from its saved samples, so that an interrupted comparison loses at most
@@ -40,11 +41,17 @@ RECIPES = {
     "smollm2": ("recipes/smollm2_135m_grpo.yaml", "recipes/smollm2_135m_drgrpo.yaml"),
     "smollm2-long": ("recipes/smollm2_135m_long_grpo.yaml", "recipes/smollm2_135m_long_drgrpo.yaml"),
     "tiny": ("recipes/tiny_grpo.yaml", "recipes/tiny_drgrpo.yaml"),
+    # The two halves of the difference between the long GRPO and Dr.GRPO recipes, each alone (docs/bias.md).
+    "smollm2-long-ablation": (
+        "recipes/smollm2_135m_long_grpo_no_std.yaml",
+        "recipes/smollm2_135m_long_grpo_constant_loss.yaml",
+    ),
 }
 TITLES = {
     "smollm2": "SmolLM2-135M-Instruct on chat additions",
     "smollm2-long": "SmolLM2-135M-Instruct on chat additions, 60 steps",
     "tiny": "the tiny addition task",
+    "smollm2-long-ablation": "SmolLM2-135M-Instruct on chat additions, 60 steps",
 }
 RUN_ROW = "row.json"  # a finished run's summary row and curves, written after its evaluation
 RUN_WALL_TIME = "wall_time.json"  # one (seconds, load) segment per command that trained the run
@@ -65,8 +72,8 @@ class CompareSettings:
     data_dir: str | None = None  # smollm2 tasks: where the task files go (default output_dir/data)
     num_test: int = 200  # smollm2 tasks: held-out problems
     baseline_dir: str | None = None  # the starting model's held-out evaluation (default output_dir/eval/start)
-    resume: bool | None = None  # keep finished runs, continue killed ones (None: on for smollm2-long only)
-    # Held-out: a sample cut at the budget counts wrong, as training scores it (None: on for smollm2-long only).
+    resume: bool | None = None  # keep finished runs, continue killed ones (None: on for the smollm2-long tasks only)
+    # Held-out: a sample cut at the budget counts wrong, as training scores it (None: on for the smollm2-long tasks).
     truncated_as_wrong: bool | None = None
     deadline: Deadline | None = None  # stop at the first safe point past it (drgrpo/experiments/budget.py)
     side_by_side: bool = False  # train the recipes at once, one process each (drgrpo/experiments/side_by_side.py)
@@ -76,9 +83,9 @@ class CompareSettings:
             raise ValueError(f"task {self.task!r}: choose one of {', '.join(RECIPES)}.")
         self.recipes = tuple(self.recipes) or RECIPES[self.task]
         if self.resume is None:
-            self.resume = self.task == "smollm2-long"
+            self.resume = self.task.startswith("smollm2-long")
         if self.truncated_as_wrong is None:
-            self.truncated_as_wrong = self.task == "smollm2-long"
+            self.truncated_as_wrong = self.task.startswith("smollm2-long")
 
 
 @dataclass(frozen=True)
@@ -308,6 +315,15 @@ def difference_notes(first: Mapping, second: Mapping) -> list[str]:
     return notes
 
 
+def distinct_run_names(rows: Sequence[dict], recipes: Sequence[str]) -> None:
+    """Two runs of one algorithm (an ablation: both GRPO) get their recipe's name beside it, so that the table and the
+    plot tell them apart; distinct names are left as they are."""
+    names = [row["run"] for row in rows]
+    if len(set(names)) < len(names):
+        for row, recipe in zip(rows, recipes, strict=True):
+            row["run"] = f"{row['run']} ({Path(recipe).stem})"
+
+
 def run_comparison(settings: CompareSettings) -> dict:
     """Train and evaluate both recipes, write `curves.png`, `summary.md` and `summary.json`; return the summary."""
     start = time.perf_counter()
@@ -337,8 +353,11 @@ def run_comparison(settings: CompareSettings) -> dict:
                 row.get("bf16", False),  # the start, in the first run's precision (both recipes share it)
             )
         rows.append(row)
-        histories[row["run"]] = history
-    plot_runs(histories, out / "curves.png", title=f"GRPO vs Dr.GRPO, {TITLES[settings.task]} (same seed and data)")
+        histories[recipe] = history
+    distinct_run_names(rows, settings.recipes)
+    histories = {row["run"]: histories[recipe] for row, recipe in zip(rows, settings.recipes, strict=True)}
+    names = " vs ".join(row["run"] for row in rows)
+    plot_runs(histories, out / "curves.png", title=f"{names}, {TITLES[settings.task]} (same seed and data)")
     notes = difference_notes(rows[0], rows[1]) if len(rows) == 2 else []
     markdown = comparison_markdown(rows, baseline, notes, settings.final_window, TITLES[settings.task])
     (out / "summary.md").write_text(markdown)
