@@ -116,10 +116,13 @@ plot: install
 # GRPO vs Dr.GRPO on SmolLM2-135M-Instruct (same start, seed and data: recipes/smollm2_135m_{grpo,drgrpo}.yaml);
 # writes outputs/compare/ (curves.png, summary.md, summary.json). Threads follow the free cores (drgrpo/core/threads.py).
 # `make compare TASK=smollm2-long SEEDS="0 1 2"`: 60 steps, answers up to 128 tokens, one folder per seed, resumable
-# (hours; `make bias-real` runs it after the mechanism).
+# (hours; `make bias-real` runs it after the mechanism). TASK=smollm2-long-ablation: GRPO without its std scaling vs
+# GRPO with Dr.GRPO's constant loss (docs/bias.md). OPTIONS go to scripts/compare.py (OPTIONS="--side_by_side
+# --num_test 100"), ARGS to both recipes.
 TASK ?= smollm2
 compare: smollm2
-	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task $(TASK) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(ARGS),-- $(ARGS))
+	HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task $(TASK) $(if $(SEEDS),--seeds $(SEEDS)) $(OPTIONS) \
+		$(if $(ARGS),-- $(ARGS))
 
 # The same on the tiny demo's task (one torch thread: the tiny model gains nothing from two); outputs/compare-tiny/.
 compare-tiny: install
