@@ -24,7 +24,7 @@ from drgrpo.experiments.bias.chat_mechanism import (
     summarise,
 )
 from drgrpo.experiments.bias.real_experiment import RealBiasSettings, expected_seconds, mechanism_prompts
-from drgrpo.experiments.bias.real_report import accuracy_gaps, markdown, seed_records
+from drgrpo.experiments.bias.real_report import accuracy_by_length, accuracy_gaps, markdown, seed_records
 from drgrpo.experiments.budget import Deadline, DeadlineCallback, OutOfTime
 from drgrpo.experiments.comparison import tokens_per_correct
 from drgrpo.experiments.load import LoadSampler, add_segment, segments_total
@@ -101,7 +101,10 @@ def test_report_records_gap_and_goals():
     } | {"details": {"batches": {"negative": 3}, "mean_abs_log_ratio": {"grpo": 0.1, "dr_grpo": 0.1},
                      "completions": {"probe_wrong": 5, "probe_right": 3, "truncated": 1, "groups_flat": 0},
                      "probe_length_wrong": 30.0, "probe_length_right": 12.0, "seconds": 9.0, "load": 2.0}}  # fmt: skip
-    text = markdown(mechanism, runs, RealBiasSettings(), "CPU X", 10.0)
+    by_length = accuracy_by_length([{"num_tokens": 12, "correct": True}, {"num_tokens": 90, "correct": False}])
+    text = markdown(mechanism, runs, RealBiasSettings(), "CPU X", 10.0, by_length)
+    assert "| <= 20 | 1 | 1 | 100% |" in text and "| > 80 | 1 | 0 | 0% |" in text
+    assert "by length" not in markdown(mechanism, runs, RealBiasSettings(), "CPU X", 10.0)
     assert "seed 0: +0.50" in text and "seed 1: +0.10" in text  # 30/20 - 20/20 and 22/20 - 20/20
     assert "- gap >= +0.25 on every seed: 1 of 2 seeds" in text
     assert "- Dr.GRPO at most 3 points below GRPO held-out: 1 of 2 seeds" in text
@@ -331,3 +334,14 @@ def test_two_runs_of_one_algorithm_are_told_apart_by_their_recipe():
     rows = [{"run": "GRPO"}, {"run": "Dr.GRPO"}]
     distinct_run_names(rows, ["recipes/a.yaml", "recipes/b.yaml"])
     assert [r["run"] for r in rows] == ["GRPO", "Dr.GRPO"]
+
+
+def test_accuracy_by_length_by_hand():
+    samples = [{"num_tokens": n, "correct": c} for n, c in ((12, True), (20, False), (21, True), (25, False),
+                                                            (40, False), (90, False), (128, False))]  # fmt: skip
+    rows = accuracy_by_length(samples)
+    assert [(r["length"], r["answers"], r["right"]) for r in rows] == [
+        ("<= 20", 2, 1), ("21-40", 3, 1), ("41-80", 0, 0), ("> 80", 2, 0)
+    ]  # fmt: skip
+    assert rows[0]["share_right"] == 0.5 and rows[1]["share_right"] == pytest.approx(1 / 3)
+    assert math.isnan(rows[2]["share_right"])

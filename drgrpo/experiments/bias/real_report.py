@@ -32,6 +32,8 @@ PANELS = (
     (d.TRUNCATION_RATE, "Truncated at the length limit", "share"),
 )
 ALGORITHMS = {"GRPO": "grpo", "Dr.GRPO": "dr_grpo"}
+# Answer-length bins (tokens, upper edges) for the starting model's held-out accuracy by length.
+LENGTH_EDGES = (20, 40, 80)
 
 
 def seed_records(seed: int, comparison: Mapping, fraction: float) -> list[dict]:
@@ -67,6 +69,23 @@ def seed_records(seed: int, comparison: Mapping, fraction: float) -> list[dict]:
     return records
 
 
+def accuracy_by_length(samples: list[Mapping], edges: tuple[int, ...] = LENGTH_EDGES) -> list[dict]:
+    """Held-out answers binned by their length in tokens (`<= edges[0]`, then each next edge, then the rest): per bin
+    its label, answers, right ones and share right. Where short answers are right more often, the reward itself pulls
+    lengths down under either loss, beside the `1/|o_i|` term (docs/bias.md).
+
+    Lengths 12, 25, 90 with 12 right: `<= 20` 1 of 1, `21-40` 0 of 1, `41-80` 0 of 0, `> 80` 0 of 1."""
+    bounds = [0, *edges, math.inf]
+    rows = []
+    for low, high in zip(bounds, bounds[1:], strict=False):
+        inside = [s for s in samples if low < s["num_tokens"] <= high]
+        label = f"<= {high}" if low == 0 else (f"> {low}" if high == math.inf else f"{low + 1}-{high}")
+        right = sum(1 for s in inside if s["correct"])
+        rows.append({"length": label, "answers": len(inside), "right": right,
+                     "share_right": right / len(inside) if inside else math.nan})  # fmt: skip
+    return rows
+
+
 def accuracy_gaps(runs: list[Mapping]) -> dict[int, float]:
     """Per seed, Dr.GRPO's held-out accuracy minus GRPO's, in points."""
     by_seed: dict[int, dict[str, float]] = {}
@@ -75,8 +94,10 @@ def accuracy_gaps(runs: list[Mapping]) -> dict[int, float]:
     return {s: a["dr_grpo"] - a["grpo"] for s, a in sorted(by_seed.items()) if {"grpo", "dr_grpo"} <= set(a)}
 
 
-def markdown(mechanism: Mapping, runs: list[Mapping], settings, machine: str, seconds: float) -> str:
-    """The human summary (see the module docstring)."""
+def markdown(
+    mechanism: Mapping, runs: list[Mapping], settings, machine: str, seconds: float, by_length: list[Mapping] = ()
+) -> str:
+    """The human summary (see the module docstring); `by_length`: the start's `accuracy_by_length`, if measured."""
     m = settings.mechanism
     details = mechanism["details"]
     lines = [
@@ -150,6 +171,16 @@ def markdown(mechanism: Mapping, runs: list[Mapping], settings, machine: str, se
         f"{settings.edge_fraction:.0%} of the steps that had such answers. Held-out: greedy, {settings.num_test} "
         f"problems never trained on. Total time of this invocation {seconds:.0f} s. Curves: `curves.png`.",
     ]
+    if by_length:
+        lines += [
+            "",
+            "## The reward's own length signal: the starting model's held-out answers by length (greedy)",
+            "",
+            "| answer length, tokens | answers | right | share right |",
+            "|---|---|---|---|",
+            *[f"| {b['length']} | {b['answers']} | {b['right']} | {_fmt(100 * b['share_right'], '.0f')}% |"
+              for b in by_length],
+        ]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -158,10 +189,15 @@ def write_report(out: Path, mechanism: Mapping, comparisons: Mapping[int, Mappin
     from drgrpo.experiments.bias.report import plot_bias_curves
 
     runs = [r for seed, c in comparisons.items() for r in seed_records(seed, c, settings.edge_fraction)]
+    start_samples = out / "eval" / "start" / "samples.jsonl"
+    by_length = []
+    if start_samples.is_file():
+        by_length = accuracy_by_length([json.loads(line) for line in start_samples.read_text().splitlines()])
     summary = {"mechanism": {k: v for k, v in mechanism.items() if k != "details"}, "runs": runs,
-               "effects": seed_effects(runs), "accuracy_gaps": accuracy_gaps(runs), "machine": machine}  # fmt: skip
+               "effects": seed_effects(runs), "accuracy_gaps": accuracy_gaps(runs), "machine": machine,
+               "start_accuracy_by_length": by_length}  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (out / "summary.md").write_text(markdown(mechanism, runs, settings, machine, seconds))
+    (out / "summary.md").write_text(markdown(mechanism, runs, settings, machine, seconds, by_length))
     histories = {}
     for seed, comparison in comparisons.items():
         for row in comparison["runs"]:
