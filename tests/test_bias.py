@@ -173,3 +173,19 @@ def test_completion_mask_by_hand():
         [1, 1, 1, 1, 1],  # cut off: all 5 tokens (the first version kept 2)
         [1, 0, 0, 0, 0],
     ]
+
+
+def test_bias_curves_keep_their_title_beside_the_panel_titles(tmp_path, monkeypatch):
+    """The figure's title is the one asked for, not the last panel's (a loop variable once shadowed it)."""
+    import matplotlib.figure
+
+    from drgrpo.experiments.bias.report import plot_bias_curves
+
+    titles = []
+    original = matplotlib.figure.Figure.suptitle
+    monkeypatch.setattr(
+        matplotlib.figure.Figure, "suptitle", lambda fig, text, **kw: titles.append(text) or original(fig, text, **kw)
+    )
+    history = [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.75}]
+    out = plot_bias_curves({("grpo", 0): history}, tmp_path / "c.png", [("reward", "Reward", "share")], title="T")
+    assert titles == ["T"] and out.stat().st_size > 0

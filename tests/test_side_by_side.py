@@ -80,3 +80,22 @@ def test_a_comparison_side_by_side_of_two_grpo_recipes(tiny_model_path, addition
     assert "GRPO (tiny_grpo_twin)" in (tmp_path / "out" / "summary.md").read_text()
     assert (tmp_path / "out" / "curves.png").stat().st_size > 0
     assert (tmp_path / "out" / "tiny_grpo_twin" / LOG_NAME).is_file()
+
+
+def test_finished_runs_are_not_spawned_again(tmp_path, monkeypatch):
+    """Resuming with one run finished: nothing is spawned (the caller reads the finished one and trains the other
+    on every core); the same with both finished."""
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a process pool was started")
+
+    monkeypatch.setattr("drgrpo.experiments.side_by_side.ProcessPoolExecutor", no_pool)
+    begin = StartingPoint("no-such-model", tmp_path / "train.jsonl", tmp_path / "test.jsonl", "plain")
+    (tmp_path / "tiny_grpo").mkdir()
+    (tmp_path / "tiny_grpo" / RUN_ROW).write_text("{}")
+    assert train_side_by_side(_settings(tmp_path), begin) == {}
+    (tmp_path / "tiny_drgrpo").mkdir()
+    (tmp_path / "tiny_drgrpo" / RUN_ROW).write_text("{}")
+    assert train_side_by_side(_settings(tmp_path), begin) == {}
+    with pytest.raises(AssertionError, match="process pool"):  # without resume both are trained again
+        train_side_by_side(CompareSettings(task="tiny", output_dir=str(tmp_path), recipes=RECIPES, resume=False), begin)

@@ -54,8 +54,14 @@ def _train_one(recipe: str, settings: CompareSettings, begin: StartingPoint, thr
 def train_side_by_side(settings: CompareSettings, begin: StartingPoint) -> dict[str, tuple[dict, list]]:
     """Train every recipe of `settings` at once (one spawned process each, `threads_per_run` torch threads each) and
     return `{recipe: (summary row, log history)}` as `compare_one` gives them. Raises the first run's error (for
-    example `OutOfTime`) after every run has ended."""
-    recipes = list(settings.recipes)
+    example `OutOfTime`) after every run has ended. With `resume`, a finished run (its `row.json`) is left out, and
+    with one run left nothing is spawned: the caller's `compare_one` reads or trains those here, on every core."""
+    from drgrpo.experiments.comparison import RUN_ROW
+
+    out = Path(settings.output_dir)
+    recipes = [r for r in settings.recipes if not (settings.resume and (out / Path(r).stem / RUN_ROW).is_file())]
+    if len(recipes) < 2:
+        return {}
     threads = threads_per_run(available_cores(), len(recipes))
     logs = {r: str(Path(settings.output_dir) / Path(r).stem / LOG_NAME) for r in recipes}
     logger.warning(

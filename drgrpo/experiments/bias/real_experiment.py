@@ -111,8 +111,9 @@ def run_real_bias(settings: RealBiasSettings) -> dict:
     print(f"Machine: {machine}", flush=True)
     print(
         f"Expected time: about {expected / 3600:.1f} h from scratch (mechanism {settings.mechanism.num_batches} "
-        f"batches, {2 * len(settings.seeds)} runs of {steps} steps of {prompts_per_step} prompts, "
-        f"{' two at a time' if settings.side_by_side else ''}, {1 + 2 * len(settings.seeds)} evaluations of "
+        f"batches, {2 * len(settings.seeds)} runs of {steps} steps of {prompts_per_step} prompts"
+        f"{' two at a time' if settings.side_by_side else ' one after the other'}, {1 + 2 * len(settings.seeds)} "
+        "evaluations of "
         f"{settings.num_test} problems), as measured on 2 cores at load "
         f"{MEASURED['load']:g}; finished parts in {out} are kept and skipped.",
         flush=True,

@@ -213,8 +213,9 @@ def plot_bias_curves(
     import matplotlib.pyplot as plt
 
     colours = {"grpo": "tab:red", "dr_grpo": "tab:blue"}
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2))
-    for ax, (key, title, ylabel) in zip(axes, panels, strict=True):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), squeeze=False)
+    axes = axes[0]  # one row, also for a single panel
+    for ax, (key, panel_title, ylabel) in zip(axes, panels, strict=True):
         for algorithm, colour in colours.items():
             series = [metric_series(h, key) for (a, _), h in sorted(histories.items()) if a == algorithm]
             series = [s for s in series if s[0]]
@@ -224,7 +225,7 @@ def plot_bias_curves(
                 steps, values = _mean_curve(series)
                 label = f"{ALGORITHM_LABELS[algorithm]} (mean of {len(series)} seeds)"
                 ax.plot(steps, values, color=colour, linewidth=2.2, label=label)
-        ax.set_title(title)
+        ax.set_title(panel_title)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
