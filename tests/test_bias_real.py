@@ -59,12 +59,12 @@ def test_expected_time_grows_with_the_work():
 
 
 def test_expected_time_of_runs_side_by_side_by_hand():
-    """Two runs at a time take the training time of one: 3 seeds x 60 steps x 36 s, against twice that one after the
+    """Two runs at a time take the training time of one: 3 seeds x 60 steps x 17 s, against twice that one after the
     other; the mechanism (24 x 60 s) and the 7 evaluations (7 x 100 x 0.3 s) are the same either way."""
     side = expected_seconds(RealBiasSettings(side_by_side=True), 60, 2)
     alone = expected_seconds(RealBiasSettings(side_by_side=False), 60, 2)
-    assert side == pytest.approx(24 * 60 + 3 * 60 * 36 + 7 * 100 * 0.3)
-    assert alone - side == pytest.approx(3 * 60 * 36)
+    assert side == pytest.approx(24 * 60 + 3 * 60 * 17 + 7 * 100 * 0.3)
+    assert alone - side == pytest.approx(3 * 60 * 17)
 
 
 def test_load_sampler_reports_a_mean():

@@ -26,12 +26,13 @@ logger = logging.getLogger(__name__)
 
 MODEL = "smollm2-135m-instruct"
 # Seconds measured on 2 cores of an Intel Xeon (2026-12-02, float32, load average given), for the expected time printed
-# at the start. The train step was measured with GRPO and Dr.GRPO training side by side on one torch thread each, so
-# one run alone on two threads is likely faster (not measured); an AMD EPYC under load 8.5 took 680 / 130 / 3.0 s.
+# at the start. The train step is the mean over seeds 1 and 2's four runs, GRPO and Dr.GRPO trained side by side on one
+# torch thread each (16.8 s; seed 0's ran at 36 s beside the mechanism, load 2.9); an AMD EPYC under load 8.5 took
+# 680 / 130 / 3.0 s.
 MEASURED = {
-    "load": 2.9,
+    "load": 2.1,
     "mechanism_batch": 60.0,  # one batch of 4 prompts x (8 + 8) answers: sampling, two gradients, three scorings
-    "train_step": 36.0,  # one step of 2 prompts x 8 completions at 128 tokens, mean over a run
+    "train_step": 17.0,  # one step of 2 prompts x 8 completions at 128 tokens, mean over a run
     "eval_problem": 0.3,  # one held-out problem, greedy, 128 tokens, batches of 32
 }
 
