@@ -95,6 +95,9 @@ def test_report_records_gap_and_goals():
     assert runs[0]["length_incorrect_start"] == 20.0 and runs[0]["length_incorrect_end"] == 30.0
     assert runs[0]["truncation_end"] == pytest.approx(0.1) and runs[0]["load"] == 3.5
     assert accuracy_gaps(runs) == {0: pytest.approx(-1.0), 1: pytest.approx(-10.0)}
+    ablation = fake_comparison(30.0, 20.0, 0.5, 0.5)
+    ablation["runs"][1]["run"] = "GRPO (smollm2_135m_long_grpo_no_std)"
+    assert [r["algorithm"] for r in seed_records(0, ablation, 0.1)] == ["grpo", "GRPO (smollm2_135m_long_grpo_no_std)"]
     mechanism = {
         name: {"tail_change_negative": 0.5, "tail_change_negative_se": 0.1, "tail_change_positive": -0.5,
                "tail_change_positive_se": 0.1} for name in ("grpo", "dr_grpo")

@@ -49,7 +49,7 @@ def seed_records(seed: int, comparison: Mapping, fraction: float) -> list[dict]:
         history = [{k: v for k, v in h.items() if v is not None} for h in history]
         record = run_record(
             seed,
-            ALGORITHMS[row["run"]],
+            ALGORITHMS.get(row["run"], row["run"]),  # an ablation keeps its own name
             history,
             comparison["start_pass_at_1"],
             row["eval_pass_at_1"],
