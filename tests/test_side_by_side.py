@@ -34,7 +34,7 @@ def test_side_by_side_trains_what_one_at_a_time_trains(tiny_model_path, addition
     held-out results as the same two runs trained here one after the other on 1 thread."""
     begin = StartingPoint(str(tiny_model_path), addition_data["train"], addition_data["test"], "plain")
     monkeypatch.setattr("drgrpo.experiments.side_by_side.available_cores", lambda: 2)
-    together = train_side_by_side(_settings(tmp_path / "together"), begin)
+    together = train_side_by_side(_settings(tmp_path / "together"), begin, compare_one)
     monkeypatch.setenv("DRGRPO_TORCH_THREADS", "1")
     for recipe in RECIPES:
         row, history = compare_one(recipe, _settings(tmp_path / "alone"), begin)
@@ -56,7 +56,7 @@ def test_a_failing_run_is_raised_after_the_other_finishes(tiny_model_path, addit
     begin = StartingPoint(str(tiny_model_path), addition_data["train"], addition_data["test"], "plain")
     settings = _settings(tmp_path, recipes=("recipes/tiny_grpo.yaml", "recipes/no_such_recipe.yaml"))
     with pytest.raises(RecipeFileNotFoundError, match="no_such_recipe"):
-        train_side_by_side(settings, begin)
+        train_side_by_side(settings, begin, compare_one)
     assert (tmp_path / "tiny_grpo" / RUN_ROW).is_file()
 
 
@@ -83,19 +83,16 @@ def test_a_comparison_side_by_side_of_two_grpo_recipes(tiny_model_path, addition
 
 
 def test_finished_runs_are_not_spawned_again(tmp_path, monkeypatch):
-    """Resuming with one run finished: nothing is spawned (the caller reads the finished one and trains the other
-    on every core); the same with both finished."""
+    """One run finished: nothing is spawned (the caller reads the finished one and trains the other on every core);
+    the same with both finished; with none finished the pool starts."""
 
     def no_pool(*args, **kwargs):
         raise AssertionError("a process pool was started")
 
     monkeypatch.setattr("drgrpo.experiments.side_by_side.ProcessPoolExecutor", no_pool)
     begin = StartingPoint("no-such-model", tmp_path / "train.jsonl", tmp_path / "test.jsonl", "plain")
-    (tmp_path / "tiny_grpo").mkdir()
-    (tmp_path / "tiny_grpo" / RUN_ROW).write_text("{}")
-    assert train_side_by_side(_settings(tmp_path), begin) == {}
-    (tmp_path / "tiny_drgrpo").mkdir()
-    (tmp_path / "tiny_drgrpo" / RUN_ROW).write_text("{}")
-    assert train_side_by_side(_settings(tmp_path), begin) == {}
-    with pytest.raises(AssertionError, match="process pool"):  # without resume both are trained again
-        train_side_by_side(CompareSettings(task="tiny", output_dir=str(tmp_path), recipes=RECIPES, resume=False), begin)
+    settings = _settings(tmp_path)
+    assert train_side_by_side(settings, begin, compare_one, finished=lambda r: r == RECIPES[0]) == {}
+    assert train_side_by_side(settings, begin, compare_one, finished=lambda r: True) == {}
+    with pytest.raises(AssertionError, match="process pool"):
+        train_side_by_side(settings, begin, compare_one)

@@ -14,6 +14,7 @@ Modules, each importing only the ones listed before it:
 - `smollm2_demo`: `make demo`: SmolLM2-135M-Instruct trained with Dr.GRPO, evaluated before and after;
 - `product_task`: the tool demo's products of a four- and a three-digit number, held out by operands;
 - `tools_demo`: `make demo-tools`: SmolLM2 trained with the Python tool, evaluated at call budgets 0 and 4;
+- `side_by_side`: the runs of one comparison trained at once, one spawned process each, the cores split between them;
 - `comparison`: `make compare` (SmolLM2, and its long task) and `make compare-tiny`: GRPO vs Dr.GRPO from the same
   start;
 - `bias`: `make bias` and `make bias-real`: what Dr.GRPO fixes, measured (a subpackage).

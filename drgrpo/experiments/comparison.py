@@ -336,7 +336,9 @@ def run_comparison(settings: CompareSettings) -> dict:
     if settings.side_by_side:
         from drgrpo.experiments.side_by_side import train_side_by_side
 
-        trained = train_side_by_side(settings, begin)
+        trained = train_side_by_side(
+            settings, begin, compare_one, lambda r: bool(settings.resume) and (out / Path(r).stem / RUN_ROW).is_file()
+        )
     for recipe in settings.recipes:
         row, history = trained[recipe] if recipe in trained else compare_one(recipe, settings, begin)
         if baseline is None:

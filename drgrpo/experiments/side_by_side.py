@@ -1,12 +1,13 @@
 """A comparison's runs trained at the same time, one process each, the cores split between them.
 
 On 2 cores, GRPO and Dr.GRPO trained side by side on one torch thread each is how docs/bias.md's SmolLM2 runs were
-measured: each run keeps a core to itself, and both finish in about the time of one (36-37 min for 60 steps on the
-development machine). Each run is `comparison.compare_one` in a spawned process (a fresh interpreter: torch's thread
-count is set before it starts) with its thread count fixed through `DRGRPO_TORCH_THREADS`, its output in
-`<run folder>/side_by_side.log` so the two progress bars do not overwrite each other. The parent waits for both: a
-run that fails or stops at its deadline does not stop the other, whose result is kept (its `row.json`, or its
-checkpoints); the first error is raised once both have ended.
+measured: each run keeps a core to itself, and both finish in about the time of one (15-19 min for 60 steps on the
+development machine). Each run is `comparison.compare_one` (passed in with its settings and starting point: this
+module comes before that one) in a spawned process (a fresh interpreter: torch's thread count is set before it
+starts) with its thread count fixed through `DRGRPO_TORCH_THREADS`, its output in `<run folder>/side_by_side.log` so
+the two progress bars do not overwrite each other. The parent waits for both: a run that fails or stops at its
+deadline does not stop the other, whose result is kept (its `row.json`, or its checkpoints); the first error is
+raised once both have ended.
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ import logging
 import multiprocessing
 import os
 import sys
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from drgrpo.core.threads import THREADS_ENV, available_cores
-
-if TYPE_CHECKING:
-    from drgrpo.experiments.comparison import CompareSettings, StartingPoint
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +36,8 @@ def threads_per_run(cores: int, runs: int) -> int:
     return max(1, cores // runs)
 
 
-def _train_one(recipe: str, settings: CompareSettings, begin: StartingPoint, threads: int, log_file: str):
-    """One run in its own process: its thread count fixed, its output to `log_file`; returns `compare_one`'s result."""
+def _train_one(train: Callable, recipe: str, settings: Any, begin: Any, threads: int, log_file: str):
+    """One run in its own process: its thread count fixed, its output to `log_file`; returns `train`'s result."""
     os.environ[THREADS_ENV] = str(threads)  # read when training chooses its threads, before the first step
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
     log = open(log_file, "a", buffering=1)
@@ -46,20 +45,21 @@ def _train_one(recipe: str, settings: CompareSettings, begin: StartingPoint, thr
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING, force=True)
-    from drgrpo.experiments.comparison import compare_one
-
-    return compare_one(recipe, settings, begin)
+    return train(recipe, settings, begin)
 
 
-def train_side_by_side(settings: CompareSettings, begin: StartingPoint) -> dict[str, tuple[dict, list]]:
-    """Train every recipe of `settings` at once (one spawned process each, `threads_per_run` torch threads each) and
-    return `{recipe: (summary row, log history)}` as `compare_one` gives them. Raises the first run's error (for
-    example `OutOfTime`) after every run has ended. With `resume`, a finished run (its `row.json`) is left out, and
-    with one run left nothing is spawned: the caller's `compare_one` reads or trains those here, on every core."""
-    from drgrpo.experiments.comparison import RUN_ROW
-
-    out = Path(settings.output_dir)
-    recipes = [r for r in settings.recipes if not (settings.resume and (out / Path(r).stem / RUN_ROW).is_file())]
+def train_side_by_side(
+    settings: Any,
+    begin: Any,
+    train: Callable,
+    finished: Callable[[str], bool] = lambda recipe: False,
+) -> dict[str, tuple[dict, list]]:
+    """Train every recipe of `settings` at once with `train(recipe, settings, begin)` (`comparison.compare_one`, a
+    module-level function: it is pickled by name), one spawned process each with `threads_per_run` torch threads, and
+    return `{recipe: train's result}`. Raises the first run's error (for example `OutOfTime`) after every run has
+    ended. A run `finished` says is done is left out, and with one run left nothing is spawned: the caller reads or
+    trains those itself, on every core."""
+    recipes = [r for r in settings.recipes if not finished(r)]
     if len(recipes) < 2:
         return {}
     threads = threads_per_run(available_cores(), len(recipes))
@@ -70,7 +70,7 @@ def train_side_by_side(settings: CompareSettings, begin: StartingPoint) -> dict[
     )  # fmt: skip
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch threads or locks inherited
     with ProcessPoolExecutor(max_workers=len(recipes), mp_context=context) as pool:
-        futures = {r: pool.submit(_train_one, r, settings, begin, threads, logs[r]) for r in recipes}
+        futures = {r: pool.submit(_train_one, train, r, settings, begin, threads, logs[r]) for r in recipes}
         results, errors = {}, []
         for recipe, future in futures.items():
             try:
