@@ -122,8 +122,7 @@ def test_mechanism_prompts_have_one_token_length(tmp_path, tiny_model_path):
 
     data = write_chat_addition_task(tmp_path, num_test=20, seed=0, max_operand=30)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    if tokenizer.chat_template is None:
-        pytest.skip("the tiny model has no chat template")
+    assert tokenizer.chat_template, "the tiny model ships a chat template (drgrpo/experiments/tiny.py)"
     prompts, golds = mechanism_prompts(data["train"], tokenizer)
     assert prompts and len(prompts) == len(golds)
     assert len({len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts}) == 1

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, skip_unless_required
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -254,7 +254,7 @@ def test_bf16_without_a_gpu_says_what_to_do():
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU: bf16 is allowed")
+        skip_unless_required("no_gpu", "this machine has a GPU: bf16 is allowed")
     with pytest.raises(RecipeError, match="bf16: true needs a GPU .* --bf16 false --use_cpu true"):
         parse_recipe(["recipes/qwen3_8b_drgrpo.yaml"])
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, skip_unless_required
 
 from drgrpo.setup.gpu_probe import driver_problem, gpu_pins
 from drgrpo.setup.smoke import engaged_check, eval_throughput, loss_check, training_throughput
@@ -143,7 +143,7 @@ def test_gpu_mode_with_two_fake_gpus_pins_one_and_names_why_it_stops(tmp_path):
     """GPU mode here: nvidia-smi (fake) lists 2 GPUs, so one-process steps get CUDA_VISIBLE_DEVICES=0, and the probe
     (run with that pin) says torch is a CPU build; every later step is skipped with the reason; exit 1."""
     if torch.version.cuda is not None:
-        pytest.skip("this torch is a CUDA build: the probe would not stop at the CPU build")
+        skip_unless_required("cpu_torch", "this torch is a CUDA build: the probe would not stop at the CPU build")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)

