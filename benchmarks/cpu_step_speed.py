@@ -7,7 +7,9 @@ tokens), side by side in one run, each variant in a fresh process (for its peak 
   model during generation and during the loss), and prints it;
 - `float32_before`: our SmolLM2 recipe as it was before issue 29 (`bf16: false`, no sorting or cutting of padding,
   TRL's full-width LM head on CPU);
-- `default`: the recipe as shipped (`bf16: auto`, `sort_by_length`, `compact_lm_head`);
+- `before_engine`: the recipe as shipped before issue 40: TRL's transformers `generate` on the float32 weights
+  under bf16 autocast (`generation_engine: trl`);
+- `default`: the recipe as shipped (`bf16: auto`, `sort_by_length`, `compact_lm_head`, the CPU generation engine);
 - optional: `bf16` (the default with `bf16: true` forced) and `float32` (the default with `bf16: false`).
 
     python benchmarks/cpu_step_speed.py [--rounds 2] [--steps 2] [--threads 1] [--variants trl_defaults ...]
@@ -34,7 +36,7 @@ from pathlib import Path
 
 from transformers import PrinterCallback, TrainerCallback
 
-VARIANTS = ("trl_defaults", "float32_before", "default", "bf16", "float32", "checkpointing")
+VARIANTS = ("trl_defaults", "float32_before", "before_engine", "default", "bf16", "float32", "checkpointing")
 OURS = {
     # The recipe as it was on main before issue 29.
     "float32_before": {
@@ -45,6 +47,7 @@ OURS = {
         "per_device_train_batch_size": "8",
         "gradient_accumulation_steps": "4",
     },  # fmt: skip
+    "before_engine": {"generation_engine": "trl"},  # the recipe as shipped before issue 40
     "default": {},
     "bf16": {"bf16": "true"},
     "float32": {"bf16": "false"},
@@ -171,7 +174,7 @@ def worker(variant: str, steps: int, threads: int, extra: dict[str, str]) -> Non
             "bf16": trainer.args.bf16,
             "mixed_precision": trainer.accelerator.mixed_precision,
             "gradient_checkpointing": trainer.args.gradient_checkpointing,
-            "generation": sorted(seen["generation"]),
+            "generation": sorted(seen["generation"]) or engine_weights(trainer),
             "loss": sorted(seen["loss"]),
         }
     last = len(clock.wall) - 1
@@ -197,6 +200,16 @@ def worker(variant: str, steps: int, threads: int, extra: dict[str, str]) -> Non
     print(json.dumps(result))
 
 
+def engine_weights(trainer) -> list[str]:
+    """What the CPU engine generated from (its copy's dtype, or the trained weights), where it generated."""
+    engine = getattr(trainer, "_engine", None)
+    if engine is None:
+        return []
+    copy = engine.weights.copy
+    dtype = next(p.dtype for p in copy.parameters()) if copy is not None else "the trained weights'"
+    return [f"CPU engine, {str(dtype).removeprefix('torch.')} weights"]
+
+
 def least_disturbed(runs: list[list[float]]) -> float:
     """Sum over step positions of the fastest time at that position across rounds."""
     return sum(min(times) for times in zip(*runs, strict=True))
@@ -208,7 +221,7 @@ def load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default_variants = ["trl_defaults", "float32_before", "default"]
+    default_variants = ["before_engine", "default"]
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=default_variants)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=2, help="steps per run; all but the first are timed")
@@ -244,7 +257,7 @@ def main() -> None:
     wall = {v: least_disturbed([r["wall"] for r in rs]) for v, rs in results.items()}
     cpu_time = {v: least_disturbed([r["cpu"] for r in rs]) for v, rs in results.items()}
     peak = {v: min(r["peak_rss_gb"] for r in rs) for v, rs in results.items()}
-    references = [v for v in ("trl_defaults", "float32_before") if v in results]
+    references = [v for v in ("before_engine", "trl_defaults", "float32_before") if v in results]
     print()
     ratio_columns = " | ".join(f"ratio vs {v} (wall, CPU)" for v in references)
     print(

@@ -132,6 +132,26 @@ def _probe_trainer_class():
                 "rounds": [],
             }
             self.add_callback(_PartitionCallback(self))
+            if self._engine is not None:
+                self._record_engine_generations()
+
+        def _record_engine_generations(self) -> None:
+            """Per generation call of the CPU engine: whether the model it decodes with is a copy holding exactly the
+            trained (gathered) weights, cast to its dtype."""
+            engine = self._engine.engine
+            generate = engine.generate
+            self.probe["engine_calls"] = []
+
+            def recorded(model, *args, **kwargs):
+                trained = dict(self.accelerator.unwrap_model(self.model_wrapped).named_parameters())
+                same = all(
+                    torch.equal(p, trained[n].detach().to(p.dtype)) for n, p in model.named_parameters() if n in trained
+                )
+                is_copy = all(p is not trained.get(n) for n, p in model.named_parameters())
+                self.probe["engine_calls"].append({"copy": is_copy, "equals_trained": same})
+                return generate(model, *args, **kwargs)
+
+            engine.generate = recorded
 
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
@@ -156,6 +176,13 @@ def _probe_trainer_class():
 
         def write_probe(self) -> None:
             self.probe["log_history"] = self.state.log_history
+            if self._engine is not None:
+                weights = self._engine.weights
+                self.probe["engine"] = {
+                    "persistent": weights.persistent,
+                    "syncs": weights.syncs,
+                    "copy_kept": weights.copy is not None,
+                }
             out = Path(os.environ["RANK_PROBE_DIR"])
             out.mkdir(parents=True, exist_ok=True)
             (out / f"rank{self.accelerator.process_index}.json").write_text(json.dumps(self.probe))

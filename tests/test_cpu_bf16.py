@@ -118,8 +118,16 @@ def test_precision_line_names_every_stage_and_why():
         reason="bf16: auto, this CPU has avx512_bf16",
     )  # fmt: skip
     assert line.startswith("precision: training bf16 autocast over float32 trained weights")
-    assert "generation bf16 autocast (TRL's transformers generate" in line and "evaluation bf16 autocast" in line
+    assert "generation bf16 autocast (TRL's transformers generate" in line and "evaluation as generation" in line
     assert line.endswith("bf16: auto, this CPU has avx512_bf16")
+    engine = precision_line(
+        "bf16", deepspeed=False, trained_dtypes={"float32"}, use_vllm=False, continuous_batching=False,
+        reason="bf16: auto, this CPU has avx512_bf16", engine="cpu",
+    )  # fmt: skip
+    assert "generation bf16 weights (the CPU engine's copy, synced once per optimizer step)" in engine
+    float32 = precision_line("no", deepspeed=False, trained_dtypes={"float32"}, use_vllm=False,
+                             continuous_batching=False, reason="bf16: false as set", engine="cpu")  # fmt: skip
+    assert "generation float32 weights (the CPU engine, on the trained weights)" in float32
     assert compute_precision("no", deepspeed=False) == "float32"
     assert compute_precision("bf16", deepspeed=True) == "bf16 (DeepSpeed)"
     vllm = precision_line("bf16", deepspeed=True, trained_dtypes={"bfloat16"}, use_vllm=True,
@@ -149,30 +157,39 @@ def _tiny_trainer(tmp_path, tiny_model_path, addition_data, **overrides):
 
 
 @pytest.mark.parametrize("bf16", [True, False])
-def test_training_and_trl_generation_autocast_and_masters_stay_float32(tmp_path, tiny_model_path, addition_data, bf16):
-    """Measured, not assumed: a forward hook inside the model records the autocast state and the matmul output dtype
-    in TRL's generation and in the loss forward; weights and AdamW's states are float32 after the update."""
+def test_training_autocasts_generation_uses_the_engine_and_masters_stay_float32(
+    tmp_path, tiny_model_path, addition_data, bf16
+):
+    """Measured, not assumed: a forward hook inside the model records the autocast state, the matmul output dtype
+    and the weights' dtype in generation and in the loss forward. The loss autocasts with bf16 on; the CPU engine
+    generates from a bf16 copy without autocast (bf16) or from the float32 weights themselves; the trained weights
+    and AdamW's states are float32 after the update."""
     trainer = _tiny_trainer(tmp_path, tiny_model_path, addition_data, bf16=bf16)
     seen: dict[str, set] = {"generation": set(), "loss": set()}
     stage = {"now": "loss"}
 
     def record(module, inputs, output):
-        seen[stage["now"]].add((torch.is_autocast_enabled("cpu"), output.dtype, module.weight.dtype))
+        weight = module.weight.dtype if hasattr(module, "weight") else module.packed.dtype
+        seen[stage["now"]].add((torch.is_autocast_enabled("cpu"), output.dtype, weight))
 
     trainer.model.model.layers[0].mlp.down_proj.register_forward_hook(record)
-    generate = trainer._generate_single_turn
+    engine = trainer._engine
+    generate = engine.engine.generate
 
-    def in_generation(*args, **kwargs):
+    def in_generation(model, *args, **kwargs):
         stage["now"] = "generation"
+        hook = model.model.layers[0].mlp.down_proj.register_forward_hook(record) if model is not trainer.model else None
         try:
-            return generate(*args, **kwargs)
+            return generate(model, *args, **kwargs)
         finally:
             stage["now"] = "loss"
+            if hook is not None:
+                hook.remove()
 
-    trainer._generate_single_turn = in_generation
+    engine.engine.generate = in_generation
     trainer.train()
     compute = torch.bfloat16 if bf16 else torch.float32
-    assert seen["generation"] == {(bf16, compute, torch.float32)}
+    assert seen["generation"] == {(False, compute, compute)}
     assert seen["loss"] == {(bf16, compute, torch.float32)}
     assert trainer.accelerator.mixed_precision == ("bf16" if bf16 else "no")
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
@@ -185,10 +202,14 @@ def test_start_up_line_says_each_stage(tmp_path, tiny_model_path, addition_data)
 
     line = trainer_precision_line(_tiny_trainer(tmp_path, tiny_model_path, addition_data, bf16=True))
     assert line.startswith("precision: training bf16 autocast over float32 trained weights")
-    assert "bf16: true as set" in line
+    assert "generation bf16 weights (the CPU engine's copy" in line and "bf16: true as set" in line
     line = trainer_precision_line(_tiny_trainer(tmp_path, tiny_model_path, addition_data, bf16=False))
     assert line.startswith("precision: training float32 over float32 trained weights")
-    assert "generation float32 (TRL's transformers generate" in line and line.endswith("bf16: false as set")
+    assert "generation float32 weights (the CPU engine" in line and line.endswith("bf16: false as set")
+    line = trainer_precision_line(
+        _tiny_trainer(tmp_path, tiny_model_path, addition_data, bf16=True, generation_engine="trl")
+    )
+    assert "generation bf16 autocast (TRL's transformers generate, the same forward)" in line
 
 
 def _float32_logps(model_path, output: dict, temperature: float) -> torch.Tensor:
@@ -246,19 +267,19 @@ def test_bf16_logps_differ_boundedly_and_the_first_update_ratio_is_one(tmp_path,
 
 def test_evaluation_precision_on_cpu(monkeypatch):
     import drgrpo.core.cpu_bf16 as cpu_module
-    from drgrpo.evaluation.backends import BF16_AUTOCAST, cpu_precision
+    from drgrpo.evaluation.backends import cpu_precision
 
     monkeypatch.setattr(cpu_module, "this_cpu_bf16", lambda: NATIVE)
-    assert cpu_precision("auto") == ("float32", True, "float32 weights under bf16 autocast (dtype auto: this CPU has "
+    assert cpu_precision("auto") == ("bfloat16", "bfloat16 weights, the CPU engine's (dtype auto: this CPU has "
                                      "avx512_bf16)")  # fmt: skip
     monkeypatch.setattr(cpu_module, "this_cpu_bf16", lambda: EMULATED)
-    assert cpu_precision("auto")[:2] == ("float32", False) and "no avx512_bf16" in cpu_precision("auto")[2]
-    assert cpu_precision(BF16_AUTOCAST)[:2] == ("float32", True)
-    assert cpu_precision("float32")[:2] == ("float32", False) and cpu_precision("bfloat16")[:2] == ("bfloat16", False)
+    assert cpu_precision("auto")[0] == "float32" and "no avx512_bf16" in cpu_precision("auto")[1]
+    assert cpu_precision("float32")[0] == "float32" and cpu_precision("bfloat16")[0] == "bfloat16"
 
 
-@pytest.mark.parametrize("dtype, autocast", [("bf16-autocast", True), ("float32", False)])
-def test_the_evaluator_generates_in_the_precision_it_names(tiny_model_path, dtype, autocast):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_the_evaluator_generates_in_the_precision_it_names(tiny_model_path, dtype):
+    """The evaluator's engine decodes with weights of the dtype it names (bf16: the engine's copy), never autocast."""
     from transformers import AutoTokenizer
 
     from drgrpo.evaluation.backends import Request, TransformersBackend
@@ -266,12 +287,16 @@ def test_the_evaluator_generates_in_the_precision_it_names(tiny_model_path, dtyp
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     backend = TransformersBackend(str(tiny_model_path), tokenizer, dtype=dtype, device="cpu")
     seen = set()
-    backend.model.model.layers[0].mlp.down_proj.register_forward_hook(
-        lambda module, inputs, output: seen.add((torch.is_autocast_enabled("cpu"), output.dtype, module.weight.dtype))
-    )
+
+    def record(module, inputs, output):
+        weight = module.weight.dtype if hasattr(module, "weight") else module.packed.dtype
+        seen.add((torch.is_autocast_enabled("cpu"), output.dtype, weight))
+
+    backend.model.model.layers[0].mlp.down_proj.register_forward_hook(record)
     ids = tuple(tokenizer("1+2=")["input_ids"])
     backend.generate([Request(0, 0, ids, 0), Request(1, 0, ids, 1)], temperature=0.0, top_p=1.0, max_new_tokens=3)
-    assert seen == {(autocast, torch.bfloat16 if autocast else torch.float32, torch.float32)}
+    expected = getattr(torch, dtype)
+    assert seen == {(False, expected, expected)}
 
 
 def test_auto_on_this_machine_from_the_users_side(tiny_model_path, addition_data, tmp_path):
@@ -305,7 +330,7 @@ def test_auto_on_this_machine_from_the_users_side(tiny_model_path, addition_data
         assert all(flag in lines[0] for flag in bf16_flags_for(platform.machine()))  # avx512_bf16, amx_bf16 on x86
 
 
-@pytest.mark.parametrize("bf16, dtype", [(True, "bf16-autocast"), (False, "float32")])
+@pytest.mark.parametrize("bf16, dtype", [(True, "bfloat16"), (False, "float32")])
 def test_experiments_evaluate_in_the_precision_they_trained(monkeypatch, tmp_path, bf16, dtype):
     """The tool demo and the GRPO-vs-Dr.GRPO comparison evaluate their runs in training's precision, never the
     evaluator's `auto`: a recipe with `bf16: false` on a CPU with native bf16 was evaluated in bf16 before."""

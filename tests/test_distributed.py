@@ -151,6 +151,21 @@ def test_ranks_share_group_statistics(zero3_run):
     assert informative_groups > 0  # the check above compared non-zero advantages, not only zeros
 
 
+def test_the_cpu_engine_generates_from_a_copy_of_the_gathered_weights_per_call(zero3_run):
+    """ZeRO-3 keeps no persistent full copy for generation (issue 40): each generation call casts the gathered
+    weights into a fresh copy, which equals them, and drops it; the sampler's log-probs reach TRL's correction."""
+    for rank in zero3_run["ranks"]:
+        calls = rank["engine_calls"]
+        assert len(calls) == MAX_STEPS and all(call["copy"] and call["equals_trained"] for call in calls), calls
+        assert rank["engine"] == {"persistent": False, "syncs": MAX_STEPS, "copy_kept": False}
+        ratios = [
+            e["sampling/importance_sampling_ratio/mean"]
+            for e in rank["log_history"]
+            if "sampling/importance_sampling_ratio/mean" in e
+        ]
+        assert len(ratios) == MAX_STEPS and all(r == pytest.approx(1.0, abs=1e-3) for r in ratios), ratios
+
+
 def test_consolidated_model_reloads_in_one_process(zero3_run, tiny_model_path):
     """The 16-bit save gathers the shards: one loadable checkpoint, equal to the ranks' final partitions joined."""
     from transformers import AutoModelForCausalLM

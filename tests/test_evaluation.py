@@ -282,53 +282,51 @@ def test_sample_seed_is_stable_and_distinct():
     assert all(0 <= s < 2**63 for s in seeds)
 
 
-def test_top_p_mask_keeps_the_nucleus():
-    # probs 0.5, 0.3, 0.2: top_p 0.7 keeps {0.5, 0.3} (they reach 0.8 >= 0.7), drops 0.2.
-    scores = torch.log(torch.tensor([[0.2, 0.5, 0.3]]))
-    assert ev.top_p_mask(scores, 0.7).tolist() == [[True, False, False]]
-    assert ev.top_p_mask(scores, 0.4).tolist() == [[True, False, True]]  # the most likely token alone
-    assert ev.top_p_mask(scores, 1.0).tolist() == [[False, False, False]]
+# The evaluator samples with the CPU engine's sampler (drgrpo/algorithm/rollout/sampler.py; its own tests are in
+# tests/test_generation_engine.py): here, what evaluation relies on, one generator per sample seeded by sample_seed.
 
 
-def _pick(processor, scores):
-    return processor(None, scores).argmax(dim=-1).tolist()
+def _draws(seeds, logits, steps, **params):
+    from drgrpo.algorithm.rollout.sampler import SamplingParams, sample_next
+
+    generators = [torch.Generator().manual_seed(seed) for seed in seeds]
+    return [sample_next(logits, SamplingParams(**params), generators)[0].tolist() for _ in range(steps)]
 
 
-def test_seeded_sampling_draws_from_softmax_over_temperature():
+def test_sampling_draws_from_softmax_over_temperature():
     probs = torch.tensor([0.6, 0.3, 0.1])
     logits = torch.log(probs) * 2.0  # at temperature 2 the sampling distribution is `probs` again
     draws = 6000
-    processor = ev.SeededSampling(range(draws), temperature=2.0)
-    picks = _pick(processor, logits.expand(draws, 3))
+    (picks,) = _draws(range(draws), logits.expand(draws, 3), 1, temperature=2.0)
     freq = torch.bincount(torch.tensor(picks), minlength=3).float() / draws
     assert torch.allclose(freq, probs, atol=0.025), freq
 
 
-def test_seeded_sampling_does_not_depend_on_the_batch():
+def test_sampling_does_not_depend_on_the_batch():
     torch.manual_seed(0)
     logits = torch.randn(5, 50)
     seeds = [ev.sample_seed(1, p, 0) for p in range(5)]
-    together = []
-    processor = ev.SeededSampling(seeds, temperature=1.0)
-    for _ in range(4):  # four decoding steps: each row keeps its own stream
-        together.append(_pick(processor, logits))
+    together = _draws(seeds, logits, 4, temperature=1.0)  # four decoding steps: each row keeps its own stream
     for row in range(5):
-        alone = ev.SeededSampling([seeds[row]], temperature=1.0)
-        assert [_pick(alone, logits[row : row + 1])[0] for _ in range(4)] == [step[row] for step in together]
-    reversed_batch = ev.SeededSampling(seeds[::-1], temperature=1.0)
-    assert _pick(reversed_batch, logits.flip(0))[::-1] == together[0]
+        alone = _draws([seeds[row]], logits[row : row + 1], 4, temperature=1.0)
+        assert [step[0] for step in alone] == [step[row] for step in together]
+    reversed_batch = _draws(seeds[::-1], logits.flip(0), 1, temperature=1.0)
+    assert reversed_batch[0][::-1] == together[0]
 
 
-def test_seeded_sampling_top_p_small_is_greedy():
+def test_sampling_with_a_small_top_p_is_greedy():
     logits = torch.tensor([[0.1, 3.0, 0.2, -1.0]]).expand(200, 4)
-    assert set(_pick(ev.SeededSampling(range(200), 1.0, top_p=0.01), logits)) == {1}
+    (picks,) = _draws(range(200), logits, 1, temperature=1.0, top_p=0.01)
+    assert set(picks) == {1}
 
 
-def test_seeded_sampling_rejects_greedy_and_bad_top_p():
-    with pytest.raises(ValueError, match="temperature > 0"):
-        ev.SeededSampling([0], temperature=0.0)
+def test_sampling_rejects_bad_settings():
+    from drgrpo.algorithm.rollout.sampler import SamplingParams
+
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1.0)
     with pytest.raises(ValueError, match="top_p"):
-        ev.SeededSampling([0], temperature=1.0, top_p=0.0)
+        SamplingParams(temperature=1.0, top_p=0.0)
 
 
 def test_backend_choice_without_vllm_or_gpu(monkeypatch):

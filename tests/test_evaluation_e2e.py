@@ -51,7 +51,8 @@ def test_report_values_and_agreement_with_the_training_reward(tiny_model_path, t
     for row in rows:
         assert row["prompt"] == row["question"]  # plain template
         assert row["num_tokens"] in range(1, 7)  # at least the first token, at most max_new_tokens
-        assert row["truncated"] == (row["num_tokens"] == 6)  # the tiny tokenizer's stop token ends a shorter one
+        # A shorter one ended at the tiny tokenizer's stop token; one of 6 may have ended there too, at its last token.
+        assert not row["truncated"] or row["num_tokens"] == 6
     answered = [r for r in rows if r["extracted"] is not None]
     assert answered, "the tiny model should put a number in some completions at temperature 1"
 

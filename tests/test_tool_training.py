@@ -78,8 +78,9 @@ def losses(trainer) -> list[float]:
 
 def test_with_no_code_written_the_tool_changes_no_completion_and_no_loss(tiny_model_path, tmp_path):
     """The random tiny model never writes a ```python block: on and off, the same completions, advantages and loss.
-    Off, the trainer gets no rollout_func (TRL's own generation, as before the tool existed); on, the rollout's
-    transformers turn makes the same generate call, so it samples the same tokens. (Its answers have no \\boxed{}, so
+    Off, the trainer gets no rollout_func (the CPU engine generates each row); on, the rollout's first turn asks the
+    engine for the same rows with the same seeds (an answer's first turn is seeded as its row without the tool), so
+    it samples the same tokens. (Its answers have no \\boxed{}, so
     they are void answers: trained on here, as without the tool.)"""
     prompts = [f"{a}+{b}=" for a in range(4) for b in range(4)]
     off, batches_off = recorded_run(tiny_model_path, prompts, config(tmp_path / "off"), [digit_share], False)

@@ -14,7 +14,8 @@ Modules, each importing only the ones listed before it:
 - `dynamic_sampling`: DAPO dynamic sampling (groups whose rewards differ, refilled from fresh prompts);
 - `padding`: completions sorted by length within an optimizer step, micro-batches cut to their longest completion;
 - `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the LM head on CPU);
-- `rollout`: tool-integrated rollouts (a subpackage): the Python tool's keys, protocol, loop and TRL's `rollout_func`;
+- `rollout`: the rollout stage (a subpackage): the CPU generation engine, the Python tool's loop, TRL's `rollout_func`;
+- `sampler_correction`: TRL's importance-sampling weight pi_learner / pi_sampler for the engine's samples;
 - `config`: `DrGRPOConfig`, where `dr_grpo: true` is resolved into TRL's settings;
 - `trainer`: `DrGRPOTrainer`, the smallest set of `GRPOTrainer` overrides that uses the modules above.
 """

@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import torch
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
-from drgrpo.algorithm.rollout.arguments import ToolArguments
+from drgrpo.algorithm.rollout.arguments import EngineArguments, ToolArguments, resolve_generation_engine
 from drgrpo.algorithm.schedule_keys import SCHEDULE_KEYS, check_schedule_values
 from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.cpu_bf16 import resolve_bf16, this_cpu_bf16
@@ -29,7 +30,9 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 
 @dataclass
-class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, StepSpeedArguments, ToolArguments, GRPOConfig):
+class DrGRPOConfig(
+    FamilyArguments, DiagnosticsArguments, EosArguments, StepSpeedArguments, EngineArguments, ToolArguments, GRPOConfig
+):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
     `dr_grpo: true` sets `scale_rewards="none"` (no std division of group advantages), `loss_type="dr_grpo"`
@@ -128,7 +131,22 @@ class DrGRPOConfig(FamilyArguments, DiagnosticsArguments, EosArguments, StepSpee
         self.check_diagnostics_settings()  # correctness_reward, warning thresholds: drgrpo/observe/diagnostics.py
         self.check_family_settings()  # advantage baseline, KL in reward, dynamic sampling: drgrpo/algorithm/family.py
         self.check_tool_settings()  # the Python tool's call budget, output, time limit: algorithm/rollout/arguments.py
+        self.check_engine_settings()
         super().__post_init__()
+        # Which engine generates (drgrpo/algorithm/rollout/engine.py); the trainer re-checks what only it knows
+        # (DeepSpeed ZeRO-3 without gathering for generation).
+        self.engine, self.engine_reason = resolve_generation_engine(
+            self.generation_engine,
+            on_cpu=self.use_cpu or not torch.cuda.is_available(),
+            use_vllm=self.use_vllm,
+            continuous_batching=self.use_transformers_continuous_batching,
+        )
+        if self.engine == "cpu" and self.vllm_importance_sampling_correction and self.loss_type == "vespo":
+            raise ValueError(
+                "loss_type=vespo with the CPU engine's importance-sampling correction: VESPO folds the sampler ratio "
+                "into its own weights, which the engine does not feed. Set vllm_importance_sampling_correction: false "
+                "or generation_engine: trl."
+            )
 
     @property
     def algorithm_summary(self) -> str:

@@ -166,24 +166,39 @@ def recomputes_old_logprobs(config: Any) -> bool:
     return not aligned or bool(config.use_vllm and config.vllm_importance_sampling_correction)
 
 
+def _correction(config: Any, sampler: str) -> str:
+    """How the sampler-vs-learner mismatch is handled: TRL's importance-sampling correction, its mode and bounds."""
+    if not config.vllm_importance_sampling_correction:
+        return (
+            f"{sampler}-vs-trainer mismatch not corrected (vllm_importance_sampling_correction: false; the loss "
+            f"treats the {sampler} samples as the trainer's own)"
+        )
+    mode = config.vllm_importance_sampling_mode
+    cap = config.vllm_importance_sampling_clip_max or config.vllm_importance_sampling_cap
+    line = f"{sampler}-vs-trainer mismatch corrected by IS {mode} (cap {cap})"
+    if mode.startswith("sequence"):
+        line += (
+            "; a sequence-level ratio is a product over its tokens, so long completions are cut or dropped more "
+            "often: a length bias (token_truncate has none)"
+        )
+    return line
+
+
 def _logprob_line(config: Any) -> str:
     if recomputes_old_logprobs(config):
         old = "pi_old recomputed by the trainer before the updates"
     else:
         old = "pi_old = pi_theta (not recomputed: the ratio is exactly 1)"
+    if getattr(config, "engine", None) == "cpu":
+        if old.startswith("pi_old ="):
+            old = "pi_old = pi_theta (on-policy, not recomputed; the sampler weights use the loss's own forward)"
+        weights = "a bf16 copy synced once per optimizer step" if config.bf16 else "the trained weights themselves"
+        return f"sampled by the CPU engine from {weights}; {old}; {_correction(config, 'engine')}"
     if not config.use_vllm:
         if old.startswith("pi_old ="):
             old = "pi_old = pi_theta (on-policy, not recomputed)"
         return f"sampled by the trainer (transformers generate); {old}"
-    if config.vllm_importance_sampling_correction:
-        cap = config.vllm_importance_sampling_clip_max or config.vllm_importance_sampling_cap
-        mismatch = f"vLLM-vs-trainer mismatch corrected by IS {config.vllm_importance_sampling_mode} (cap {cap})"
-    else:
-        mismatch = (
-            "vLLM-vs-trainer mismatch not corrected (vllm_importance_sampling_correction: false; the loss treats "
-            "vLLM's samples as the trainer's own)"
-        )
-    return f"sampled by vLLM ({config.vllm_mode}); {old}; {mismatch}"
+    return f"sampled by vLLM ({config.vllm_mode}); {old}; {_correction(config, 'vLLM')}"
 
 
 def _kl_line(config: Any) -> str:

@@ -8,9 +8,13 @@ micro-batch's width (drgrpo/algorithm/padding.py), and the LM head scored only a
   recompiles, so `compact_fused_lm_head` lets the CPU take the compact path for the duration of one call: the same
   log-probs and gradients, from a fraction of the projection (a prompt of ~50 tokens before answers of ~30).
 
-Measured and not kept: holding one autocast context around generation (accelerate's autocast wraps each forward,
-so the float32 weights might be cast to bf16 again at every new token): the profiler counts each weight cast once
-per `generate` call either way (torch 2.13), so there is nothing to save.
+Generation under autocast (issue 40 settled it with a profile, `benchmarks/autocast_casts.py`): accelerate's
+autocast wraps each forward, and autocast keeps a cast weight only while the outermost autocast context is open, so
+TRL's generation on float32 weights cast every weight to bf16 again at every generated token (the LM head 4 times
+for 4 tokens, 8 for 8; the 30 up/gate weights 240 and 480 times); inside one outer autocast context it is once per
+`generate` call. An earlier text here said "once per call either way": its probe ran inside an outer context. The
+CPU generation engine (drgrpo/algorithm/rollout/engine.py) now generates from a bf16 copy cast once per optimizer
+step instead.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ from drgrpo.algorithm.eos import apply_extra_eos_tokens
 from drgrpo.algorithm.family import family_card
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
 from drgrpo.algorithm.padding import GROUPING_DEPENDENT_LOSSES, bucket_micro_batches
+from drgrpo.algorithm.rollout.trainer_engine import build_trainer_engine
 from drgrpo.algorithm.rollout.trl_rollout import MODEL_TEXT
+from drgrpo.algorithm.sampler_correction import corrected_advantages, sampler_weights
 from drgrpo.algorithm.step_speed import compact_fused_lm_head
 from drgrpo.observe import diagnostics, metric_names
 from drgrpo.observe.failure_warnings import DiagnosticsCallback
@@ -93,13 +95,18 @@ class DrGRPOTrainer(GRPOTrainer):
             self.reward_func_names, self.args.correctness_reward
         )
         self._ratio_probe: dict | None = None
+        self._correction: dict | None = None  # armed in `_compute_loss` for the CPU engine's sampler weights
         # The recipe's extra end-of-answer tokens join TRL's eos list and both generation backends' stop lists.
         apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
+        # The CPU engine (drgrpo/algorithm/rollout/engine.py) where the config resolved to it, else TRL's generation;
+        # built after the eos list is complete: it stops rows at every end token, the recipe's extra ones included.
+        self._engine = build_trainer_engine(self)
         self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
         if self.args.diagnostics_warnings:
             self.add_callback(DiagnosticsCallback(self.args))
         if self.accelerator.is_main_process:
             logger.info(self.args.algorithm_summary)  # what runs, not a problem: INFO (`--explain` prints it too)
+            logger.info(self._engine.describe(self.model) if self._engine is not None else self.args.engine_reason)
             logger.info(family_card(self.args))
             for message in self.args.inactive_advantage_settings:
                 logger.warning(message)
@@ -126,6 +133,18 @@ class DrGRPOTrainer(GRPOTrainer):
             rewards_per_func = floor_truncated_rewards(rewards_per_func, truncated, self._truncated_scores)
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
+
+    # Override: on a CPU, the CPU engine generates instead of transformers' `generate` on the trained weights under
+    # autocast (drgrpo/algorithm/rollout/engine.py, issue 40): a bf16 copy synced once per optimizer step, its
+    # sampled tokens' log-probs returned, which TRL turns into `sampling_per_token_logps` for the correction in
+    # `_compute_loss`. Prompts with images, and every other backend, stay TRL's.
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self._engine is None or images is not None or multimodal_fields:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images=has_tool_images
+            )
+        samples = self._engine.generate(self, prompt_ids, [self.max_completion_length] * len(prompt_ids))
+        return [sample.ids for sample in samples], [sample.logprobs for sample in samples]
 
     # Override: the diagnostics are logged here, on the batch that is trained on. With `dynamic_sampling` that batch is
     # assembled from several generation rounds of `_score_generation` (drgrpo/algorithm/dynamic_sampling.py), which
@@ -225,10 +244,20 @@ class DrGRPOTrainer(GRPOTrainer):
         ):
             mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
             self._ratio_probe = {"inputs": inputs, "mask": mask}
+        # The CPU engine's sampler weights (drgrpo/algorithm/sampler_correction.py) need the learner's log-probs,
+        # which on-policy exist only inside the loss's own forward: the correction is armed here, computed in
+        # `_get_per_token_logps_and_entropies` on that forward's detached output (no extra forward) and carried on
+        # the advantages of a copy of `inputs` (TRL reads the advantages after the forward), so a buffered batch
+        # that trains again (num_iterations > 1) keeps its own.
+        if self._engine is not None and self.args.vllm_importance_sampling_correction and model.training:
+            if "sampling_per_token_logps" in inputs:
+                inputs = dict(inputs)
+                self._correction = {"inputs": inputs, "mask": inputs["completion_mask"] * inputs.get("tool_mask", 1)}
         try:
             return super()._compute_loss(model, inputs)
         finally:
             self._ratio_probe = None
+            self._correction = None
 
     # Override: to hand the loss forward's log-probs to the probe armed in `_compute_loss` (the one call that asks
     # for entropies), the result returned unchanged; and on CPU to let TRL's fused LM head score only the completion
@@ -239,7 +268,51 @@ class DrGRPOTrainer(GRPOTrainer):
             result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._ratio_probe is not None and kwargs.get("compute_entropy"):
             self._log_first_update_ratios(result[0], **self._ratio_probe)
+        if self._correction is not None and kwargs.get("compute_entropy"):
+            self._apply_sampler_correction(result[0], **self._correction)
         return result
+
+    def _apply_sampler_correction(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
+        """Weight this micro-batch's advantages by pi_learner / pi_sampler (TRL's importance-sampling correction,
+        `vllm_importance_sampling_*` keys) and log TRL's `sampling/` metrics. The learner's log-probs are pi_old where
+        TRL recomputed it (num_iterations > 1, steps_per_generation > gradient_accumulation_steps), else this
+        forward's, detached: on-policy they are the same numbers."""
+        learner = inputs.get("old_per_token_logps")
+        learner = per_token_logps.detach() if learner is None else learner
+        args = self.args
+        result = sampler_weights(
+            learner,
+            inputs["sampling_per_token_logps"],
+            mask,
+            args.vllm_importance_sampling_mode,
+            args.vllm_importance_sampling_clip_min,
+            args.vllm_importance_sampling_clip_max,
+        )
+        inputs["advantages"] = corrected_advantages(inputs["advantages"], result.weights)
+        self._log_sampler_correction(result)
+
+    def _log_sampler_correction(self, result) -> None:
+        """TRL's `sampling/` metrics for this micro-batch over every rank's tokens (maxima and minima are reduced over
+        the micro-steps in `log`)."""
+        nan = float("nan")
+        ratios, gaps = result.ratios, result.logp_difference
+        local = torch.tensor(
+            [ratios.sum().item(), ratios.numel(), result.changed.sum().item(), gaps.sum().item(), gaps.numel(),
+             ratios.min().item() if ratios.numel() else nan, ratios.max().item() if ratios.numel() else nan,
+             gaps.max().item() if gaps.numel() else nan],
+            dtype=torch.float64, device=self.accelerator.device,
+        )  # fmt: skip
+        rows = self.accelerator.gather(local.reshape(1, -1)).cpu()
+        ratio_sum, tokens, changed, gap_sum, gap_tokens = rows[:, :5].sum(dim=0).tolist()
+        metrics = self._metrics["train"]
+        if tokens:
+            metrics[metric_names.IMPORTANCE_RATIO_MEAN].append(ratio_sum / tokens)
+            metrics[metric_names.IMPORTANCE_RATIO_TRUNCATED].append(changed / tokens)
+            metrics[metric_names.IMPORTANCE_RATIO_MIN].append(rows[:, 5].nan_to_num(nan=float("inf")).min().item())
+            metrics[metric_names.IMPORTANCE_RATIO_MAX].append(rows[:, 6].nan_to_num(nan=-float("inf")).max().item())
+        if gap_tokens:
+            metrics[metric_names.SAMPLING_LOGP_DIFFERENCE_MEAN].append(gap_sum / gap_tokens)
+            metrics[metric_names.SAMPLING_LOGP_DIFFERENCE_MAX].append(rows[:, 7].nan_to_num(nan=0.0).max().item())
 
     def _log_first_update_ratios(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
         """Log pi_theta/pi_old (TRL old log-probs) and pi_trainer/pi_sampler (vLLM log-probs) on this micro-batch."""
@@ -264,6 +337,7 @@ class DrGRPOTrainer(GRPOTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if self.model.training else "eval"
         diagnostics.reduce_to_max(self._metrics[mode], metric_names.MAXIMUM_METRICS)
+        diagnostics.reduce_to_max(self._metrics[mode], metric_names.MINIMUM_METRICS, reduce=min)
         super().log(logs, start_time)
 
     # Override: on resume, transformers warns "There were missing keys in the checkpoint model loaded:

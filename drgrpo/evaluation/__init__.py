@@ -8,18 +8,18 @@ One run = one model on one benchmark, written to one folder:
   mean completion length of correct and of incorrect answers, truncation rate, unparsable golds;
 - `eval_config.json`: everything that decides the samples, checked on resume so that runs never mix.
 
-Every sample is a deterministic function of (seed, problem index, sample index), not of batch composition: sampling
-uses the Gumbel-max trick with one random generator per sample (`SeededSampling`), so a resumed run writes the same
-rows as an uninterrupted one. Generation runs on vLLM when it is installed and a GPU is present, else on batched
-transformers `generate` with left padding.
+Every sample is a deterministic function of (seed, problem index, sample index), not of batch composition: each
+sample draws from its own random generator (the CPU engine's sampler, `drgrpo.algorithm.rollout.sampler`), so a
+resumed run writes the same rows as an uninterrupted one. Generation runs on vLLM when it is installed and a GPU is
+present, else on the CPU generation engine that training uses.
 
 Modules, each importing only the ones listed before it:
 - `metrics`: pass@k (unbiased estimator) and majority voting;
 - `answers`: gold-answer formats (GSM8K, boxed, lists, numbers) brought to one plain string;
 - `benchmarks`: presets (hub id, split, columns, gold format), aliases, the paper's reference numbers;
 - `problems`: benchmark rows as problems, their fingerprint, their prompts;
-- `sampling`: per-sample seeded Gumbel-max sampling;
-- `backends`: vLLM and transformers generation;
+- `sampling`: per-sample seeds;
+- `backends`: vLLM, and the CPU generation engine on a saved model;
 - `verdicts`: the reward library's verifier as evaluation verdicts;
 - `code`: code benchmarks, whose programs the code reward's sandbox runs on their tests (pass@k, no maj@k);
 - `tool_eval`: evaluation with the Python tool at a call budget (the training rollout's loop, every turn kept);
@@ -67,7 +67,7 @@ from drgrpo.evaluation.runner import (
     resolve_benchmark,
     run_evaluation,
 )
-from drgrpo.evaluation.sampling import SeededSampling, sample_seed, top_p_mask
+from drgrpo.evaluation.sampling import sample_seed
 from drgrpo.evaluation.verdicts import (
     CORRECT,
     GOLD_UNPARSABLE,
@@ -98,7 +98,6 @@ __all__ = [
     "SAMPLES_FILE",
     "SUMMARY_JSON",
     "SUMMARY_MD",
-    "SeededSampling",
     "TransformersBackend",
     "VLLMBackend",
     "answers_equivalent",
@@ -129,7 +128,6 @@ __all__ = [
     "sample_seed",
     "summarize",
     "summary_markdown",
-    "top_p_mask",
     "vllm_usable",
 ]
 

@@ -1,4 +1,5 @@
-"""Generation backends: vLLM when it is installed and a GPU is present, else batched transformers `generate`."""
+"""Generation backends: vLLM when it is installed and a GPU is present, else the CPU generation engine that training
+uses (`drgrpo.algorithm.rollout.engine`: the same sampler, per-row seeds, a bf16 copy where the CPU computes bf16)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from drgrpo.algorithm.eos import merge_token_ids
-from drgrpo.evaluation.sampling import SeededSampling
 
 
 @dataclass(frozen=True)
@@ -74,33 +74,29 @@ def _checkpoint_generation_config(model_path: str):
         return None
 
 
-BF16_AUTOCAST = "bf16-autocast"
-
-
 def training_precision_dtype(bf16: bool) -> str:
-    """The evaluator's `dtype` that matches a CPU training run's precision (its resolved `bf16`): float32 weights
-    under bf16 autocast as training generated, or plain float32. An experiment that evaluates a run it trained passes
-    this, never `auto`: a recipe with `bf16: false` on a CPU with native bf16 would otherwise be evaluated in bf16."""
-    return BF16_AUTOCAST if bf16 else "float32"
+    """The evaluator's `dtype` that matches a training run's generation (its resolved `bf16`): the CPU engine's bf16
+    copy, or float32. An experiment that evaluates a run it trained passes this, never `auto`: a recipe with
+    `bf16: false` on a CPU with native bf16 would otherwise be evaluated in bf16."""
+    return "bfloat16" if bf16 else "float32"
 
 
-def cpu_precision(dtype: str) -> tuple[str, bool, str]:
-    """(weights dtype, bf16 autocast on, one line) for the transformers backend on CPU: `auto` is float32 weights
-    under bf16 autocast where the CPU computes bf16 natively (drgrpo/core/cpu_bf16.py), as CPU training generates,
-    else float32; `bf16-autocast` forces that autocast; a dtype name loads the weights in it, without autocast."""
+def cpu_precision(dtype: str) -> tuple[str, str]:
+    """(generation dtype, one line) for the engine on a CPU: `auto` is bfloat16 where the CPU computes bf16 natively
+    (drgrpo/core/cpu_bf16.py), as the CPU engine generates in training, else float32; a dtype name is taken as set.
+    The weights load in float32 and the engine casts its copy, as in training."""
     from drgrpo.core.cpu_bf16 import this_cpu_bf16
 
     if dtype == "auto":
         cpu = this_cpu_bf16()
-        how = "float32 weights under bf16 autocast" if cpu.supported else "float32"
-        return "float32", cpu.supported, f"{how} (dtype auto: {cpu.reason})"
-    if dtype == BF16_AUTOCAST:
-        return "float32", True, "float32 weights under bf16 autocast (dtype bf16-autocast)"
-    return dtype, False, f"{dtype} weights (dtype {dtype})"
+        chosen = "bfloat16" if cpu.supported else "float32"
+        return chosen, f"{chosen} weights, the CPU engine's (dtype auto: {cpu.reason})"
+    return dtype, f"{dtype} weights, the CPU engine's (dtype {dtype})"
 
 
 class TransformersBackend:
-    """Batched `model.generate` with left padding: what runs on CPU, and on a GPU without vLLM."""
+    """The CPU generation engine of training (`drgrpo.algorithm.rollout.engine`) on a saved model: what runs on CPU,
+    and on a GPU without vLLM. Each row is sampled from its own seed, so a sample never depends on its batch."""
 
     def __init__(
         self,
@@ -112,22 +108,24 @@ class TransformersBackend:
     ):
         import torch
 
+        from drgrpo.algorithm.rollout.weights import GenerationWeights
         from drgrpo.core.adapters import load_causal_lm
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.autocast = False
         if self.device == "cpu":
-            name, self.autocast, self.precision = cpu_precision(dtype)
-            torch_dtype = getattr(torch, name)
-        elif dtype in ("auto", BF16_AUTOCAST):
-            torch_dtype, self.precision = torch.bfloat16, f"bfloat16 weights (dtype {dtype})"
+            name, self.precision = cpu_precision(dtype)
+            load_dtype = torch.float32
         else:
-            torch_dtype, self.precision = getattr(torch, dtype), f"{dtype} weights (dtype {dtype})"
+            name = "bfloat16" if dtype == "auto" else dtype
+            self.precision = f"{name} weights (dtype {dtype})"
+            load_dtype = getattr(torch, name)
         # A LoRA adapter folder loads as its base with the adapter merged in (drgrpo/core/adapters.py).
-        self.model = load_causal_lm(model_path, dtype=torch_dtype).to(self.device).eval()
+        model = load_causal_lm(model_path, dtype=load_dtype).to(self.device).eval()
+        self.model = GenerationWeights(getattr(torch, name)).for_generation(model, 0)
         self.tokenizer = tokenizer
-        self.eos_ids = _eos_ids(self.model.generation_config, tokenizer, extra_eos_ids)
+        self.eos_ids = _eos_ids(model.generation_config, tokenizer, extra_eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.forwards = 0  # model calls of the engine so far
 
     def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
         completions = self.generate_ids(
@@ -146,6 +144,13 @@ class TransformersBackend:
             )
         return generations
 
+    def _engine(self, temperature: float, top_p: float):
+        from drgrpo.algorithm.rollout.engine import GenerationEngine
+        from drgrpo.algorithm.rollout.sampler import SamplingParams
+
+        params = SamplingParams(temperature=temperature, top_p=top_p if temperature > 0 else 1.0)
+        return GenerationEngine(self.eos_ids, self.pad_id, params)
+
     def generate_ids(
         self,
         prompts: Sequence[Sequence[int]],
@@ -153,46 +158,17 @@ class TransformersBackend:
         temperature: float,
         top_p: float,
         max_new_tokens: int,
-        stopping_criteria=None,
+        budgets: Sequence[int] | None = None,
+        stop=None,
     ) -> list[list[int]]:
-        """The generated ids of each prompt (left-padded batch; rows that stopped early are padded to the longest),
-        each row sampled from its own seed (`SeededSampling`); `stopping_criteria` e.g. the tool's fence stop."""
-        import torch
-        from transformers import GenerationConfig, LogitsProcessorList
-
-        width = max(len(ids) for ids in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):  # left padding: every prompt ends where generation starts
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention_mask[row, width - len(ids) :] = 1
-        # A clean config: only the budget and the stop tokens, so a checkpoint's own sampling defaults
-        # (temperature, top_k, repetition_penalty) cannot leak into the evaluation.
-        # transformers fills every field left unset from the checkpoint's generation_config, so the processors that
-        # act even in greedy decoding are set to neutral values explicitly.
-        config = GenerationConfig(
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.pad_id,
-            repetition_penalty=1.0,
-            no_repeat_ngram_size=0,
-            min_new_tokens=0,
-        )
-        processors = LogitsProcessorList()
-        if temperature > 0:
-            processors.append(SeededSampling(list(seeds), temperature, top_p))
-        # One autocast context for the whole call: the weights are cast to bf16 once, not at every new token.
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast)
-        with torch.inference_mode(), autocast:
-            output = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=attention_mask.to(self.device),
-                generation_config=config,
-                logits_processor=processors,
-                stopping_criteria=stopping_criteria,
-            )
-        return output[:, width:].tolist()
+        """The generated ids of each prompt (each row's own, ending at its eos or budget), each row sampled from its
+        own seed (temperature 0: greedy); `budgets` per row (default `max_new_tokens`), `stop(row, token)` e.g. the
+        tool's fence."""
+        engine = self._engine(temperature, top_p)
+        budgets = list(budgets) if budgets is not None else [max_new_tokens] * len(prompts)
+        samples = engine.generate(self.model, prompts, seeds, budgets, stop)
+        self.forwards += engine.forwards
+        return [sample.ids for sample in samples]
 
     def generate_turn(
         self,
@@ -205,13 +181,10 @@ class TransformersBackend:
     ) -> list[tuple[list[int], None]]:
         """One turn of the Python tool's loop (`drgrpo.algorithm.rollout.loop`): each row stops at its program's closing
         fence, an eos or its own token budget (`drgrpo.algorithm.rollout.generation.TurnStop`)."""
-        from transformers import StoppingCriteriaList
-
         from drgrpo.algorithm.rollout.generation import TurnStop
 
-        width = max(len(ids) for ids in rows)
-        stop = TurnStop(pieces, budgets, self.eos_ids, width)
-        ids = self.generate_ids(rows, seeds, temperature, top_p, max(1, max(budgets)), StoppingCriteriaList([stop]))
+        stop = TurnStop(pieces, budgets, self.eos_ids, 0)
+        ids = self.generate_ids(rows, seeds, temperature, top_p, max(1, max(budgets)), budgets, stop.ends_row)
         return [(row, None) for row in ids]
 
 
@@ -236,7 +209,7 @@ class VLLMBackend:
         model_path = whole_model_folder(model_path)  # vLLM reads a folder: a LoRA adapter's merged model
         self.llm = LLM(
             model=model_path,
-            dtype="bfloat16" if dtype == BF16_AUTOCAST else dtype,
+            dtype=dtype,
             tensor_parallel_size=tensor_parallel_size,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,

@@ -101,8 +101,8 @@ class EvalArguments:
     dtype: str = field(
         default="auto",
         metadata={
-            "help": "Model dtype: auto, float32, bfloat16, float16 or bf16-autocast (float32 weights, bf16 compute). "
-            "auto: bfloat16 on a GPU; on CPU bf16-autocast where the CPU has native bf16, else float32."
+            "help": "Generation dtype: auto, float32, bfloat16 or float16. auto: bfloat16 on a GPU; on CPU bfloat16 "
+            "where the CPU computes bf16 natively (the CPU engine's copy, as training generates), else float32."
         },
     )
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM: GPUs per model."})

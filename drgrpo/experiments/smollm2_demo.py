@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drgrpo.experiments.arithmetic_task import write_chat_addition_task
+from drgrpo.observe.metric_names import IMPORTANCE_RATIO_TRUNCATED, SAMPLING_LOGP_DIFFERENCE_MEAN
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def held_out(
     bf16: bool = False,
 ) -> dict:
     """Greedy evaluation on the held-out problems with the chat template, by the project's evaluator, in training's
-    precision (`bf16`: float32 weights under bf16 autocast, as training generates; else float32)."""
+    precision (`bf16`: the CPU engine's bf16 copy, as training generates; else float32)."""
     from drgrpo.evaluation import evaluate
     from drgrpo.evaluation.backends import training_precision_dtype
 
@@ -121,6 +122,12 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def logged_mean(history: list[dict], name: str) -> float | None:
+    """The mean of a metric over the logged steps of a training history (None where it was never logged)."""
+    values = [entry[name] for entry in history if entry.get(name) is not None]
+    return round(sum(values) / len(values), 5) if values else None
+
+
 def _percent(value: float) -> float:
     return round(100 * value, 1)
 
@@ -149,8 +156,17 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
     resolve_model(model_args.model_name_or_path)  # not prepared: one line naming `make smollm2`, before any work
     budget, cut_wrong = training_args.max_completion_length, settings.truncated_as_wrong
     bf16 = bool(training_args.bf16)
-    compute = "bf16 autocast" if bf16 else "float32"
-    precision = f"{compute} in training, generation and evaluation ({training_args.bf16_reason})"
+    weights = "bf16" if bf16 else "float32"
+    generation = (
+        f"the CPU engine, {weights} weights"
+        if training_args.engine == "cpu"
+        else f"TRL's generate, float32 weights{' under bf16 autocast' if bf16 else ''}"
+    )
+    training = "bf16 autocast over float32 weights" if bf16 else "float32"
+    precision = (
+        f"training {training}; generation {generation}; evaluation the CPU engine, {weights} weights "
+        f"({training_args.bf16_reason})"
+    )
     logger.warning("demo precision: %s", precision)
 
     before = held_out(
@@ -200,6 +216,15 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "algorithm": training_args.algorithm_summary,
         "precision": precision,
+        "generation_engine": training_args.engine,
+        "generation_dtype": "bfloat16" if bf16 else "float32",
+        "importance_sampling_correction": (
+            f"{training_args.vllm_importance_sampling_mode}, cap {training_args.vllm_importance_sampling_clip_max:g}"
+            if training_args.vllm_importance_sampling_correction
+            else "off"
+        ),
+        "sampler_logp_difference_mean": logged_mean(history, SAMPLING_LOGP_DIFFERENCE_MEAN),
+        "importance_ratio_truncated_share": logged_mean(history, IMPORTANCE_RATIO_TRUNCATED),
         "overrides": list(settings.rl_overrides),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -218,6 +243,8 @@ def format_summary(summary: dict, output_dir: str) -> str:
             f"{summary['strict_accuracy_after']:.1f}%; truncated {summary['truncated_before']:.1f}% -> "
             f"{summary['truncated_after']:.1f}% ({'counted wrong' if summary['truncated_as_wrong'] else 'graded'})",
             f"precision: {summary['precision']}",
+            f"sampler vs learner: mean |log-prob difference| {summary.get('sampler_logp_difference_mean')}, "
+            f"importance-sampling correction {summary.get('importance_sampling_correction')}",
             f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
             f"{summary['peak_rss_gb']:.1f} GB, torch threads {summary['torch_threads_used']} (count: times chosen)",
             f"summary: {output_dir}/summary.json; curves: {output_dir}/curves.png; samples: "

@@ -274,8 +274,9 @@ def ratio_statistics(sums: torch.Tensor) -> tuple[float, float]:
     return sums[:, 0].sum().item() / count, sums[:, 2].max().item()
 
 
-def reduce_to_max(metrics: dict[str, list[float]], names: Sequence[str]) -> None:
-    """Replace each named metric's list of values by a one-element list holding their maximum (NaNs left out).
+def reduce_to_max(metrics: dict[str, list[float]], names: Sequence[str], reduce=max) -> None:
+    """Replace each named metric's list of values by a one-element list holding their maximum (NaNs left out; or
+    their `reduce`, e.g. `min`).
 
     TRL's `GRPOTrainer.log` averages each metric's values since the last log; a maximum over micro-steps must be
     reduced with max before that, or it becomes a mean of maxima. A list with only NaNs is left as it is (TRL then
@@ -287,7 +288,7 @@ def reduce_to_max(metrics: dict[str, list[float]], names: Sequence[str]) -> None
             continue
         finite = [v for v in values if not math.isnan(v)]
         if finite:
-            metrics[name] = [max(finite)]
+            metrics[name] = [reduce(finite)]
 
 
 def before_first_update(micro_step: int, generate_every: int, gradient_accumulation_steps: int) -> bool:

@@ -18,8 +18,28 @@ FIRST_UPDATE_RATIO_MEAN = PREFIX + "ratio/first_update_mean"
 FIRST_UPDATE_MAX_ABS_LOG_RATIO = PREFIX + "ratio/first_update_max_abs_log"
 SAMPLER_TRAINER_RATIO_MEAN = PREFIX + "ratio/sampler_trainer_mean"
 SAMPLER_TRAINER_MAX_ABS_LOG_RATIO = PREFIX + "ratio/sampler_trainer_max_abs_log"
-# Logged as the maximum over all micro-steps since the last log, not TRL's mean of the per-micro-step values.
-MAXIMUM_METRICS = (FIRST_UPDATE_MAX_ABS_LOG_RATIO, SAMPLER_TRAINER_MAX_ABS_LOG_RATIO)
+
+# The CPU engine (drgrpo/algorithm/rollout/): casts of the trained weights into its copy so far, the last one's time.
+ENGINE_WEIGHT_SYNCS = "engine/weight_syncs"
+ENGINE_WEIGHT_SYNC_SECONDS = "engine/weight_sync_seconds"
+# The sampler's importance-sampling correction, under TRL's names for vLLM's (drgrpo/algorithm/sampler_correction.py),
+# plus the share of tokens whose weight truncation or masking changed.
+SAMPLING_LOGP_DIFFERENCE_MEAN = "sampling/sampling_logp_difference/mean"
+SAMPLING_LOGP_DIFFERENCE_MAX = "sampling/sampling_logp_difference/max"
+IMPORTANCE_RATIO_MIN = "sampling/importance_sampling_ratio/min"
+IMPORTANCE_RATIO_MEAN = "sampling/importance_sampling_ratio/mean"
+IMPORTANCE_RATIO_MAX = "sampling/importance_sampling_ratio/max"
+IMPORTANCE_RATIO_TRUNCATED = "sampling/importance_sampling_ratio/truncated_share"
+
+# Logged as the maximum (minimum) over all micro-steps since the last log, not TRL's mean of the per-micro-step values.
+MAXIMUM_METRICS = (
+    FIRST_UPDATE_MAX_ABS_LOG_RATIO,
+    SAMPLER_TRAINER_MAX_ABS_LOG_RATIO,
+    SAMPLING_LOGP_DIFFERENCE_MAX,
+    IMPORTANCE_RATIO_MAX,
+    ENGINE_WEIGHT_SYNCS,
+)
+MINIMUM_METRICS = (IMPORTANCE_RATIO_MIN,)
 
 TRL_REWARD = "reward"
 TRL_ZERO_STD_SHARE = "frac_reward_zero_std"

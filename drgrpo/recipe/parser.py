@@ -24,7 +24,7 @@ from trl import GRPOConfig, ModelConfig, TrlParser
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
-from drgrpo.algorithm.rollout.arguments import ToolArguments
+from drgrpo.algorithm.rollout.arguments import EngineArguments, ToolArguments
 from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.errors import RecipeError
 from drgrpo.data import DataArguments
@@ -54,6 +54,7 @@ GROUPS: tuple[tuple[type, str], ...] = (
     (DiagnosticsArguments, "diagnostics"),
     (EosArguments, "end-of-answer tokens"),
     (StepSpeedArguments, "speed: bf16 on CPU, padding, the LM head"),
+    (EngineArguments, "generation without vLLM: the CPU engine (docs/demo.md)"),
     (OutputDirArguments, "output directory"),
     (ModelConfig, "model (TRL ModelConfig)"),
     (GRPOConfig, "GRPO trainer (TRL GRPOConfig)"),
@@ -66,7 +67,8 @@ COMMON_LIBRARY_KEYS = frozenset(
         "lora_target_modules",
         "num_generations", "max_completion_length", "temperature", "top_p", "num_iterations", "epsilon",
         "reward_weights", "chat_template_kwargs", "use_vllm", "vllm_mode", "vllm_gpu_memory_utilization",
-        "vllm_max_model_length", "vllm_server_host", "vllm_importance_sampling_correction", "log_completions",
+        "vllm_max_model_length", "vllm_server_host", "vllm_importance_sampling_correction",
+        "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "log_completions",
         "generation_batch_size", "steps_per_generation",
         "output_dir", "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm",
         "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "num_train_epochs", "bf16",

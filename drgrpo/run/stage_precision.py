@@ -6,6 +6,9 @@ calls that same forward on the unwrapped model (`unwrap_model_for_generation` ke
 generation autocasts too: inside both, matmul outputs are bf16 while the weights stay float32, and so do AdamW's
 states (`tests/test_cpu_bf16.py` checks all of it). TRL's in-loop evaluation uses the same forward. vLLM generates
 in its own dtype; TRL's transformers continuous batching casts the model itself to bf16 (so it is not used on CPU).
+On a CPU the generation engine (drgrpo/algorithm/rollout/engine.py, `generation_engine: auto`) generates instead of
+TRL's `generate`: from a bf16 copy of the weights with bf16 on, else from the trained weights themselves; TRL's
+in-loop evaluation and the project's evaluator generate with it too.
 """
 
 from __future__ import annotations
@@ -26,19 +29,26 @@ def precision_line(
     use_vllm: bool,
     continuous_batching: bool,
     reason: str,
+    engine: str = "trl",
 ) -> str:
     """The start-up line: training, TRL's generation and evaluation precision, the trained weights' dtype, why."""
     compute = compute_precision(mixed_precision, deepspeed)
     weights = "/".join(sorted(trained_dtypes)) or "none"
     if use_vllm:
         generation = "vLLM's own dtype"
+    elif engine == "cpu":
+        generation = (
+            "bf16 weights (the CPU engine's copy, synced once per optimizer step)"
+            if mixed_precision == "bf16" and not deepspeed
+            else f"{weights} weights (the CPU engine, on the trained weights)"
+        )
     elif continuous_batching and mixed_precision in ("bf16", "fp16"):
         generation = f"{mixed_precision} weights (TRL's continuous batching casts the model)"
     else:
         generation = f"{compute} (TRL's transformers generate, the same forward)"
     return (
         f"precision: training {compute} over {weights} trained weights (AdamW's states alike), "
-        f"generation {generation}, evaluation {compute} (TRL's eval steps; the demo's evaluation follows "
+        f"generation {generation}, evaluation as generation (TRL's eval steps; the demo's evaluation follows "
         f"training); {reason}"
     )
 
@@ -53,4 +63,5 @@ def trainer_precision_line(trainer) -> str:
         use_vllm=args.use_vllm,
         continuous_batching=args.use_transformers_continuous_batching,
         reason=getattr(args, "bf16_reason", f"bf16: {args.bf16}"),
+        engine=getattr(args, "engine", "trl"),
     )

@@ -114,3 +114,50 @@ class ToolArguments:
             f"tokens masked out of the loss; max_completion_length counts model and tool tokens; void answers {void}"
             f"{penalty}"
         )
+
+
+GENERATION_ENGINES = ("auto", "cpu", "trl")
+
+
+@dataclass
+class EngineArguments:
+    """Which engine generates the rollouts when vLLM does not: the CPU engine (drgrpo/algorithm/rollout/engine.py) or
+    TRL's transformers `generate`, mixed into `DrGRPOConfig`."""
+
+    generation_engine: str = field(
+        default="auto",
+        metadata={
+            "help": "Who generates without vLLM: 'cpu', the project's CPU engine (weights in the generation dtype, "
+            "bf16 where the CPU computes it natively, synced once per optimizer step; the sampler's log-probs feed "
+            "the importance-sampling correction, vllm_importance_sampling_* keys); 'trl', TRL's transformers generate "
+            "on the trained weights (under bf16 autocast with bf16 on); 'auto' (default): the CPU engine on a CPU run "
+            "that does not use vLLM, continuous batching or ZeRO-3 without gathering, else TRL's."
+        },
+    )
+
+    def check_engine_settings(self) -> None:
+        if self.generation_engine not in GENERATION_ENGINES:
+            raise ValueError(
+                f"generation_engine={self.generation_engine!r}: choose one of {', '.join(GENERATION_ENGINES)}."
+            )
+
+
+def resolve_generation_engine(
+    requested: str, *, on_cpu: bool, use_vllm: bool, continuous_batching: bool, gathers_for_generation: bool = True
+) -> tuple[str, str]:
+    """('cpu' or 'trl', why): the engine `generation_engine: requested` means for a run; `cpu` where it cannot run is
+    a `ValueError` naming what stops it."""
+    if requested == "trl":
+        return "trl", "generation_engine: trl as set (TRL's transformers generate)"
+    blockers = [
+        (use_vllm, "use_vllm is on (vLLM generates)"),
+        (continuous_batching, "use_transformers_continuous_batching is on"),
+        (not on_cpu, "the run is not on a CPU (use_cpu is off and a GPU is there)"),
+        (not gathers_for_generation, "ds3_gather_for_generation is off (ZeRO-3 would generate from sharded weights)"),
+    ]
+    blocker = next((why for blocked, why in blockers if blocked), None)
+    if blocker is None:
+        return "cpu", f"generation_engine: {requested}, the CPU engine"
+    if requested == "cpu":
+        raise ValueError(f"generation_engine: cpu cannot run here: {blocker}. Set generation_engine: auto or trl.")
+    return "trl", f"generation_engine: auto, TRL's generation: {blocker}"

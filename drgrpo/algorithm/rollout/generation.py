@@ -1,5 +1,9 @@
 """One turn of generation with the trainer's own backend, stopped at the closing fence, eos or each row's budget.
 
+- the CPU engine (`generation_engine: auto` on a CPU, drgrpo/algorithm/rollout/engine.py): each row ends at its
+  closing fence (`TurnStop.ends_row`), an eos or its budget; each row is seeded by its owner (answer, turn), and a
+  padding row (budget 0) is not generated, so a rank's samples never depend on another rank's open answers; the
+  sampled tokens' log-probs come back for the importance-sampling correction.
 - transformers (TRL's default on one GPU and on CPU): `GRPOTrainer._generate_single_turn`'s regular path, the same
   calls in the same order (left padding, `unwrap_model_for_generation` with ZeRO-3 gathering, `generate` with TRL's
   `generation_config`), plus one stopping criterion, `TurnStop`: each row stops at the token that closes its
@@ -36,20 +40,26 @@ class TurnStop(StoppingCriteria):
         self.scanners = [FenceScanner() for _ in budgets]
         self.done = [budget <= 0 for budget in budgets]
 
+    def ends_row(self, row: int, token: int) -> bool:
+        """Feed `row`'s next token to its fence scanner; True when it completes the closing fence (the engine's
+        `stop`: the engine itself checks eos and budgets)."""
+        return self.scanners[row].feed(self.pieces(token))
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self.start
         last = input_ids[:, -1].tolist()
         for row, token in enumerate(last):
             if self.done[row]:
                 continue
-            if token in self.eos or self.scanners[row].feed(self.pieces(token)) or generated >= self.budgets[row]:
+            if token in self.eos or self.ends_row(row, token) or generated >= self.budgets[row]:
                 self.done[row] = True
         return torch.tensor(self.done, dtype=torch.bool, device=input_ids.device)
 
 
 class TrainerTurns:
-    """`generate(rows, budgets, owners)` for `loop.run_tool_loop`, with a `GRPOTrainer`'s backend (the trainer samples
-    from its own generator state: `owners` is not used)."""
+    """`generate(rows, budgets, owners)` for `loop.run_tool_loop`, with a `GRPOTrainer`'s backend: the CPU engine
+    (rows seeded by their `owners`), vLLM, or transformers (sampling from the trainer's generator state: `owners` is
+    not used)."""
 
     def __init__(self, trainer: Any, pieces: TokenPieces) -> None:
         self.trainer = trainer
@@ -59,6 +69,11 @@ class TrainerTurns:
         self, rows: list[list[int]], budgets: list[int], owners: list | None = None
     ) -> list[tuple[list[int], list[float] | None]]:
         trainer = self.trainer
+        engine = getattr(trainer, "_engine", None)
+        if engine is not None:
+            stop = TurnStop(self.pieces, budgets, trainer.eos_token_ids, 0)
+            samples = engine.generate(trainer, rows, budgets, owners, stop.ends_row)
+            return [(sample.ids, sample.logprobs) for sample in samples]
         if trainer.use_vllm or trainer.use_transformers_continuous_batching:
             ids, logprobs = trainer._generate_single_turn(rows, None, {}, num_generations=1)
             logprobs = [None] * len(ids) if logprobs is None else logprobs
