@@ -54,6 +54,7 @@ OURS = {
     "checkpointing": {"gradient_checkpointing": "true"},
 }
 RECIPE = "recipes/smollm2_135m_drgrpo.yaml"
+MEAN_LENGTH = "completions/mean_length"
 # What `trl_defaults` takes from the recipe: the batch, the task and the optimizer's rate; nothing about precision,
 # checkpointing or padding.
 TRL_KEYS = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
@@ -195,6 +196,10 @@ def worker(variant: str, steps: int, threads: int, extra: dict[str, str]) -> Non
             "optimizer": clock.optimizer[-1],
         },  # fmt: skip
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
+        # The work of the last step: completions differ between variants (other samples), and so does their length.
+        "last_step_mean_length": next(
+            (e[MEAN_LENGTH] for e in reversed(trainer.state.log_history) if MEAN_LENGTH in e), float("nan")
+        ),
         "precision": precision,
     }
     print(json.dumps(result))
@@ -253,7 +258,8 @@ def main() -> None:
             results[variant].append(result)
             steps, cpu_steps = ([round(x, 1) for x in result[key]] for key in ("wall", "cpu"))
             print(f"round {round_index + 1}/{args.rounds} {variant}: timed steps {steps} s wall, {cpu_steps} s CPU, "
-                  f"peak RSS {result['peak_rss_gb']:.2f} GB (load {started} -> {load()})", flush=True)  # fmt: skip
+                  f"peak RSS {result['peak_rss_gb']:.2f} GB, last step's mean completion length "
+                  f"{result['last_step_mean_length']:.1f} (load {started} -> {load()})", flush=True)  # fmt: skip
     wall = {v: least_disturbed([r["wall"] for r in rs]) for v, rs in results.items()}
     cpu_time = {v: least_disturbed([r["cpu"] for r in rs]) for v, rs in results.items()}
     peak = {v: min(r["peak_rss_gb"] for r in rs) for v, rs in results.items()}

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from drgrpo.algorithm.shared_prompt import prompt_groups
+
 # Tensors TRL puts in a text-only training batch: prompt-width, completion-width and per-row ones. A batch with any
 # other key (images, token type ids) is left as TRL made it.
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -66,10 +68,12 @@ def _concat(batches: list[dict]) -> dict:
     }
 
 
-def sort_within_steps(micro_batches: list[dict], micro_batches_per_step: int) -> list[dict]:
+def sort_within_steps(micro_batches: list[dict], micro_batches_per_step: int, by_prompt: bool = False) -> list[dict]:
     """The same rows, re-split so that within each run of `micro_batches_per_step` consecutive micro-batches (one
     optimizer step) the completions are ordered by length (tokens in `completion_mask`, then prompt length; a stable
-    sort). The micro-batch sizes and which step each row is trained in are unchanged."""
+    sort), or with `by_prompt` by prompt first (the rows of one prompt together, each prompt's by length: the loss
+    forward then computes each prompt once, drgrpo/algorithm/shared_prompt.py). The micro-batch sizes and which step
+    each row is trained in are unchanged."""
     out = []
     for start in range(0, len(micro_batches), micro_batches_per_step):
         window = micro_batches[start : start + micro_batches_per_step]
@@ -78,6 +82,9 @@ def sort_within_steps(micro_batches: list[dict], micro_batches_per_step: int) ->
         lengths = merged["completion_mask"].sum(dim=1) * (merged["prompt_mask"].size(1) + 1) + merged[
             "prompt_mask"
         ].sum(dim=1)
+        if by_prompt:
+            _, prompts = prompt_groups(merged["prompt_ids"], merged["prompt_mask"])
+            lengths = prompts * (int(lengths.max()) + 1) + lengths
         ordered = _rows(merged, torch.argsort(lengths, stable=True))
         offset = 0
         for size in sizes:
@@ -87,11 +94,13 @@ def sort_within_steps(micro_batches: list[dict], micro_batches_per_step: int) ->
     return out
 
 
-def bucket_micro_batches(micro_batches: list[dict], micro_batches_per_step: int, *, sort: bool) -> list[dict]:
-    """`sort_within_steps` (when `sort` and every micro-batch is trimmable and whole steps fit), then `trim_padding`
-    on each trimmable micro-batch; anything else is returned as TRL made it."""
+def bucket_micro_batches(
+    micro_batches: list[dict], micro_batches_per_step: int, *, sort: bool, by_prompt: bool = False
+) -> list[dict]:
+    """`sort_within_steps` (when `sort` and every micro-batch is trimmable and whole steps fit; `by_prompt`: grouped
+    by prompt first), then `trim_padding` on each trimmable micro-batch; anything else is returned as TRL made it."""
     if not micro_batches or not all(trimmable(b) for b in micro_batches):
         return micro_batches
     if sort and micro_batches_per_step > 1 and len(micro_batches) % micro_batches_per_step == 0:
-        micro_batches = sort_within_steps(micro_batches, micro_batches_per_step)
+        micro_batches = sort_within_steps(micro_batches, micro_batches_per_step, by_prompt)
     return [trim_padding(b) for b in micro_batches]

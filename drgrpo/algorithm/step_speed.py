@@ -48,6 +48,17 @@ class StepSpeedArguments:
             "< 1, whose terms depend on the micro-batch, are only cut, not sorted)."
         },
     )
+    share_prompt_forward: bool = field(
+        default=True,
+        metadata={
+            "help": "In the loss forward, run each prompt once per micro-batch and its completions on top of its "
+            "keys and values (an optimizer step's rows grouped by prompt, then by length), instead of every row's "
+            "prompt again: the same log-probs for a fraction of the compute (drgrpo/algorithm/shared_prompt.py). "
+            "Only where pi_old is not recomputed (num_iterations 1, steps_per_generation <= "
+            "gradient_accumulation_steps), sort_by_length is on, gradient checkpointing is off and the model is a "
+            "plain transformers model."
+        },
+    )
     compact_lm_head: bool = field(
         default=True,
         metadata={

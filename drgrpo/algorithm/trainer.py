@@ -23,12 +23,13 @@ from drgrpo.algorithm.advantages import (
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.dynamic_sampling import DynamicSampler
 from drgrpo.algorithm.eos import apply_extra_eos_tokens
-from drgrpo.algorithm.family import family_card
+from drgrpo.algorithm.family import family_card, recomputes_old_logprobs
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
 from drgrpo.algorithm.padding import GROUPING_DEPENDENT_LOSSES, bucket_micro_batches
 from drgrpo.algorithm.rollout.trainer_engine import build_trainer_engine
 from drgrpo.algorithm.rollout.trl_rollout import MODEL_TEXT
 from drgrpo.algorithm.sampler_correction import corrected_advantages, sampler_weights
+from drgrpo.algorithm.shared_prompt import shared_prompt_forward, shares_prompts
 from drgrpo.algorithm.step_speed import compact_fused_lm_head
 from drgrpo.observe import diagnostics, metric_names
 from drgrpo.observe.failure_warnings import DiagnosticsCallback
@@ -227,9 +228,24 @@ class DrGRPOTrainer(GRPOTrainer):
             return inputs
         sort = self.loss_type not in GROUPING_DEPENDENT_LOSSES and self.top_entropy_quantile >= 1.0
         self._buffered_inputs = bucket_micro_batches(
-            self._buffered_inputs, self.args.gradient_accumulation_steps, sort=sort
+            self._buffered_inputs, self.args.gradient_accumulation_steps, sort=sort, by_prompt=self._shares_prompts()
         )
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _shares_prompts(self) -> bool:
+        """Whether the loss forward computes each prompt once (drgrpo/algorithm/shared_prompt.py): the key on,
+        micro-batches sorted (then grouped by prompt), no gradient checkpointing (transformers drops the cache of a
+        checkpointed layer), text only, and pi_old not recomputed by TRL's own forward (the first update's ratio is
+        then exactly 1: pi_old is this forward's detached output)."""
+        sort = self.loss_type not in GROUPING_DEPENDENT_LOSSES and self.top_entropy_quantile >= 1.0
+        return bool(
+            self.args.share_prompt_forward
+            and self.args.sort_by_length
+            and not self.args.gradient_checkpointing  # a checkpointed layer would not keep the prompt's cache
+            and sort
+            and not recomputes_old_logprobs(self.args)
+            and not self._is_vlm
+        )
 
     # Override: TRL forms pi_theta / pi_old inside this method without logging it. Before the first optimizer step on
     # a batch of rollouts it must be ~1 (background note, section 2), so on those micro-steps we arm a probe that
@@ -262,15 +278,34 @@ class DrGRPOTrainer(GRPOTrainer):
     # Override: to hand the loss forward's log-probs to the probe armed in `_compute_loss` (the one call that asks
     # for entropies), the result returned unchanged; and on CPU to let TRL's fused LM head score only the completion
     # positions, as it does on CUDA (`compact_lm_head`, drgrpo/algorithm/step_speed.py).
+    # And, in the loss forward, to run each prompt once for the completions that share it (`_shared_prompt_logps`).
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         compact = self.args.compact_lm_head and self.accelerator.device.type == "cpu"
         with compact_fused_lm_head(compact):
-            result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            result = self._shared_prompt_logps(*args, **kwargs)
+            if result is None:
+                result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._ratio_probe is not None and kwargs.get("compute_entropy"):
             self._log_first_update_ratios(result[0], **self._ratio_probe)
         if self._correction is not None and kwargs.get("compute_entropy"):
             self._apply_sampler_correction(result[0], **self._correction)
         return result
+
+    def _shared_prompt_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs):
+        """The loss forward's (log-probs, entropies, None) with each prompt computed once, or None where TRL's own
+        forward runs: not the loss forward (entropies asked for, one micro-batch), multimodal or MoE inputs, the
+        grouping off, or no prompt shared in this micro-batch."""
+        flags = ("compute_entropy", "compute_aux_loss")
+        multimodal = any(value is not None for key, value in kwargs.items() if key not in flags)
+        if not kwargs.get("compute_entropy") or kwargs.get("compute_aux_loss") or multimodal or batch_size is not None:
+            return None
+        if not self._shares_prompts():
+            return None
+        if not shares_prompts(model, input_ids, attention_mask, logits_to_keep):
+            return None
+        with self.accelerator.autocast():
+            outputs = shared_prompt_forward(model, input_ids, attention_mask, logits_to_keep)
+        return outputs.log_probs[:, -logits_to_keep:], outputs.entropy[:, -logits_to_keep:], None
 
     def _apply_sampler_correction(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
         """Weight this micro-batch's advantages by pi_learner / pi_sampler (TRL's importance-sampling correction,

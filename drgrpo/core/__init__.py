@@ -13,5 +13,6 @@ Modules, each importing only the ones listed before it:
   loading from the cache first;
 - `adapters`: LoRA adapter folders loaded, merged and recorded with a portable base name, as models;
 - `threads`: torch's thread count from the cores other processes leave free, re-chosen as that changes;
-- `cpu_bf16`: whether the CPU computes bf16 natively (its flags), and what a recipe's `bf16: auto` resolves to.
+- `cpu_bf16`: whether the CPU computes bf16 natively (its flags), and what a recipe's `bf16: auto` resolves to;
+- `heap`: freed memory returned to the system between the stages of a run (glibc's `malloc_trim`).
 """

@@ -17,6 +17,7 @@ from drgrpo.algorithm.rollout.trl_rollout import make_rollout_func
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from drgrpo.core.adapters import record_portable_base, save_merged
 from drgrpo.core.checkpoints import find_resumable_checkpoint
+from drgrpo.core.heap import release_free_memory
 from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
@@ -46,6 +47,14 @@ class ThreadCountCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         adapt_torch_threads()
+
+
+class FreeMemoryCallback(TrainerCallback):
+    """Returns the heap a step freed to the system after every optimizer step (drgrpo/core/heap.py): without it the
+    RSS of a CPU run crept up by ~0.5 GB over the SmolLM2 demo's 15 steps (fragmentation); ~0.1 s a step."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        release_free_memory()
 
 
 def train(
@@ -123,6 +132,7 @@ def train(
     if trainer.accelerator.device.type == "cpu":
         adapt_torch_threads()
         trainer.add_callback(ThreadCountCallback())
+        trainer.add_callback(FreeMemoryCallback())
     for callback in callbacks:
         trainer.add_callback(callback)
     if trainer.accelerator.is_main_process:
