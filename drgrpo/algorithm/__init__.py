@@ -12,9 +12,10 @@ Modules, each importing only the ones listed before it:
 - `family`: `FamilyArguments`, the GRPO family as recipe keys, and the card that names a config's member;
 - `batch_logs`: TRL's per-round logs redone for a batch assembled from several generation rounds;
 - `dynamic_sampling`: DAPO dynamic sampling (groups whose rewards differ, refilled from fresh prompts);
-- `padding`: completions sorted by length within an optimizer step, micro-batches cut to their longest completion;
-- `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the LM head on CPU);
 - `rollout`: the rollout stage (a subpackage): the CPU generation engine, the Python tool's loop, TRL's `rollout_func`;
+- `shared_prompt`: the loss forward with each prompt run once for the completions that share it;
+- `padding`: completions sorted by length (or grouped by prompt) within an optimizer step, micro-batches cut short;
+- `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the prompt, the LM head on CPU);
 - `sampler_correction`: TRL's importance-sampling weight pi_learner / pi_sampler for the engine's samples;
 - `config`: `DrGRPOConfig`, where `dr_grpo: true` is resolved into TRL's settings;
 - `trainer`: `DrGRPOTrainer`, the smallest set of `GRPOTrainer` overrides that uses the modules above.

@@ -56,7 +56,7 @@ class StepSpeedArguments:
             "prompt again: the same log-probs for a fraction of the compute (drgrpo/algorithm/shared_prompt.py). "
             "Only where pi_old is not recomputed (num_iterations 1, steps_per_generation <= "
             "gradient_accumulation_steps), sort_by_length is on, gradient checkpointing is off and the model is a "
-            "plain transformers model."
+            "plain transformers model (no peft, FSDP or DeepSpeed)."
         },
     )
     compact_lm_head: bool = field(

@@ -235,8 +235,9 @@ class DrGRPOTrainer(GRPOTrainer):
     def _shares_prompts(self) -> bool:
         """Whether the loss forward computes each prompt once (drgrpo/algorithm/shared_prompt.py): the key on,
         micro-batches sorted (then grouped by prompt), no gradient checkpointing (transformers drops the cache of a
-        checkpointed layer), text only, and pi_old not recomputed by TRL's own forward (the first update's ratio is
-        then exactly 1: pi_old is this forward's detached output)."""
+        checkpointed layer), text only, no FSDP or DeepSpeed wrapping (their root module must run first), and pi_old
+        not recomputed by TRL's own forward (the first update's ratio is then exactly 1: pi_old is this forward's
+        detached output)."""
         sort = self.loss_type not in GROUPING_DEPENDENT_LOSSES and self.top_entropy_quantile >= 1.0
         return bool(
             self.args.share_prompt_forward
@@ -245,6 +246,7 @@ class DrGRPOTrainer(GRPOTrainer):
             and sort
             and not recomputes_old_logprobs(self.args)
             and not self._is_vlm
+            and not (self.is_fsdp_enabled or self.is_deepspeed_enabled)  # sharded: the root module must run first
         )
 
     # Override: TRL forms pi_theta / pi_old inside this method without logging it. Before the first optimizer step on
