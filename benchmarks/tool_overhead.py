@@ -13,6 +13,11 @@
    `--workers` at a time, as a share of the turn). It is part of the sandbox's time, not of the loop's own.
 
     python benchmarks/tool_overhead.py [--programs 64] [--rounds 3] [--workers 2] [--rows 16] [--skip_model]
+                                       [--against DIR]
+
+`--against DIR` also measures (1) with another version's sandbox, side by side: DIR holds its `rewards` and `drgrpo`
+packages (e.g. `git worktree add /tmp/before main`); each round runs one pass of each version, in subprocesses of
+their own (runners started and warm before timing), in alternating order, and the best pass of each is kept.
 """
 
 from __future__ import annotations
@@ -25,10 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-import drgrpo.algorithm.rollout.generation as generation
 from drgrpo.algorithm.rollout.arguments import ToolArguments
-from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
-from drgrpo.algorithm.rollout.protocol import TokenPieces
 from drgrpo.algorithm.rollout.python_tool import build_python_tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +52,21 @@ def sandbox_ratio(tool, programs: int, rounds: int) -> dict:
         assert [r.output for r in batched] == [r.output for r in single] == [str(i * (i + 1)) for i in range(programs)]
     rates = {kind: programs / seconds for kind, seconds in best.items()}
     return {**{f"{k}_per_s": round(v, 1) for k, v in rates.items()}, "ratio": rates["batched"] / rates["one_at_a_time"]}
+
+
+def versions_side_by_side(folder: str, programs: int, rounds: int, workers: int) -> dict:
+    """`sandbox_ratio` of this tree's sandbox and of the one in `folder`, one pass each per round, alternating."""
+    best: dict[str, dict] = {}
+    trees = {"this": str(ROOT), "other": os.path.abspath(folder)}
+    for round_index in range(rounds):
+        for name in list(trees) if round_index % 2 == 0 else list(trees)[::-1]:
+            command = [sys.executable, __file__, "--one-pass", "--programs", str(programs), "--workers", str(workers)]
+            env = {**os.environ, "PYTHONPATH": trees[name]}
+            done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=trees[name], check=True)
+            rates = json.loads(done.stdout.strip().splitlines()[-1])
+            for kind in ("batched_per_s", "one_at_a_time_per_s"):
+                best.setdefault(name, {})[kind] = max(best.get(name, {}).get(kind, 0.0), rates[kind])
+    return best
 
 
 # Run in a fresh, small interpreter: forking this process (torch loaded) would cost more than the namespaces.
@@ -117,6 +134,9 @@ def loop_share(tool, rows: int, max_new_tokens: int) -> dict:
     import yaml
     from transformers import AutoTokenizer
 
+    import drgrpo.algorithm.rollout.generation as generation
+    from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
+    from drgrpo.algorithm.rollout.protocol import TurnReader
     from drgrpo.core.models import resolve_model
     from drgrpo.core.threads import adapt_torch_threads
     from drgrpo.evaluation.backends import TransformersBackend
@@ -130,7 +150,7 @@ def loop_share(tool, rows: int, max_new_tokens: int) -> dict:
     adapt_torch_threads()
     questions = [problem_row(1000 + 37 * i, 100 + 11 * i)["question"] for i in range(rows)]
     prompts = [ids for _, ids in build_prompts(tokenizer, questions, "chat", None, None, recipe["chat_examples"])]
-    pieces = TokenPieces(tokenizer)
+    reader = TurnReader(tokenizer)
     stop_seconds = Timed(generation.TurnStop.__call__)
 
     class TimedStop(generation.TurnStop):
@@ -139,7 +159,7 @@ def loop_share(tool, rows: int, max_new_tokens: int) -> dict:
 
     generation.TurnStop = TimedStop  # the backend builds its fence stop from this module attribute
     generate = Timed(
-        lambda batch, budgets, owners: backend.generate_turn(batch, [0] * len(batch), budgets, 0.0, 1.0, pieces)
+        lambda batch, budgets, owners: backend.generate_turn(batch, [0] * len(batch), budgets, 0.0, 1.0, reader)
     )
     runs = Timed(tool.run_many)
 
@@ -147,10 +167,10 @@ def loop_share(tool, rows: int, max_new_tokens: int) -> dict:
         run_many = runs
 
     settings = LoopSettings(max_calls=1, max_tokens=max_new_tokens, eos_ids=tuple(backend.eos_ids))
-    run_tool_loop(prompts[:2], generate, Tool, tokenizer, settings, pieces)  # warm-up
+    run_tool_loop(prompts[:2], generate, Tool, tokenizer, settings, reader)  # warm-up
     generate.seconds = runs.seconds = stop_seconds.seconds = 0.0
     start = time.perf_counter()
-    answers = run_tool_loop(prompts, generate, Tool, tokenizer, settings, pieces)
+    answers = run_tool_loop(prompts, generate, Tool, tokenizer, settings, reader)
     total = time.perf_counter() - start
     model = generate.seconds - stop_seconds.seconds
     own = total - model - runs.seconds
@@ -174,8 +194,20 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16, help="Answers in the SmolLM2 tool turn.")
     parser.add_argument("--max_new_tokens", type=int, default=96)
     parser.add_argument("--skip_model", action="store_true", help="Only the sandbox ratio (no SmolLM2 needed).")
+    parser.add_argument("--against", default=None, help="Folder with another version's rewards/ and drgrpo/.")
+    parser.add_argument("--one-pass", action="store_true", help=argparse.SUPPRESS)  # --against's subprocess
     args = parser.parse_args()
     tool = build_python_tool(ToolArguments(python_tool=True, tool_num_workers=args.workers, tool_timeout=2.0))
+    if args.one_pass:
+        print(json.dumps(sandbox_ratio(tool, args.programs, 1)))
+        return
+    if args.against:
+        best = versions_side_by_side(args.against, args.programs, args.rounds, args.workers)
+        for kind in ("batched_per_s", "one_at_a_time_per_s"):
+            ratio = best["this"][kind] / best["other"][kind]
+            print(f"{kind}: this tree {best['this'][kind]:.1f}, {args.against} {best['other'][kind]:.1f}: {ratio:.3f}")
+        print(json.dumps({"load_average": [round(x, 2) for x in os.getloadavg()], "side_by_side": best}))
+        return
     load = os.getloadavg()
     result = {"load_average": [round(x, 2) for x in load], "sandbox": sandbox_ratio(tool, args.programs, args.rounds)}
     print(

@@ -163,7 +163,9 @@ def accepted_any(listeners: list[socket.socket]) -> bool:
 
 
 def namespace_state(runner_pid: int) -> dict:
-    """Processes left in the runner's pid namespace (besides the runner R) and files left in its /tmp."""
+    """Processes left below the runner R (in its pid namespace and the programs' namespaces below it), besides the
+    init prepared for the next program (pid 1 of a namespace of its own, with no child: it holds nothing yet), and
+    files left in R's /tmp (a program's own /tmp dies with its mount namespace)."""
     r_pid = next(
         (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == runner_pid),
         None,
@@ -171,19 +173,40 @@ def namespace_state(runner_pid: int) -> dict:
     if r_pid is None:
         return {"processes": None, "files": None}
     try:
-        namespace = os.readlink(f"/proc/{r_pid}/ns/pid_for_children")
-        processes = []
-        for p in Path("/proc").iterdir():
-            if p.name.isdigit() and int(p.name) != r_pid:
-                try:
-                    if os.readlink(p / "ns" / "pid") == namespace:
-                        processes.append(int(p.name))
-                except OSError:
-                    pass
         files = sorted(os.listdir(f"/proc/{r_pid}/root/tmp"))
     except PermissionError:  # unprivileged: R is not dumpable, so its /proc entries are closed to us
         return {"processes": "unchecked", "files": "unchecked"}
-    return {"processes": processes, "files": files}
+    # R prepares the next program's slot right after answering: its stage process lives a few milliseconds. A
+    # process a program left would stay (its end was before the answer), so it is looked for again a while.
+    deadline = time.monotonic() + 2.0
+    while True:
+        parents = {int(p.name): _ppid(p) for p in Path("/proc").iterdir() if p.name.isdigit()}
+        below = [pid for pid in parents if pid != r_pid and _descends_from(pid, r_pid, parents)]
+        has_children = {parents[pid] for pid in below}
+        left = [pid for pid in below if not (_namespace_pid(pid) == 1 and pid not in has_children)]
+        if not left or time.monotonic() > deadline:
+            return {"processes": left, "files": files}
+        time.sleep(0.05)
+
+
+def _descends_from(pid: int, ancestor: int, parents: dict) -> bool:
+    seen = 0
+    while pid in parents and seen < 64:
+        pid, seen = parents[pid], seen + 1
+        if pid == ancestor:
+            return True
+    return False
+
+
+def _namespace_pid(pid: int) -> int | None:
+    """The pid of `pid` in its own (innermost) pid namespace."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except OSError:
+        return None
+    return None
 
 
 def _all_pid_namespaces() -> list[tuple[int, str]]:
@@ -197,15 +220,18 @@ def _all_pid_namespaces() -> list[tuple[int, str]]:
     return found
 
 
-def _namespaces_of_children(parents: list[int]) -> set[str]:
-    """The pid namespaces the runners' children (R) created for the programs."""
+def _namespaces_of_children(runners: list[int]) -> set[str]:
+    """The pid namespaces below the runners: their children's (R's), and every namespace of a process below R (the
+    init waiting for the next program has one of its own)."""
     namespaces = set()
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit() and _ppid(p) in parents:
-            try:
-                namespaces.add(os.readlink(p / "ns" / "pid_for_children"))
-            except OSError:
-                pass
+    parents = {int(p.name): _ppid(p) for p in Path("/proc").iterdir() if p.name.isdigit()}
+    for pid in parents:
+        if any(_descends_from(pid, runner, parents) for runner in runners):
+            for name in ("pid_for_children", "pid"):
+                try:
+                    namespaces.add(os.readlink(f"/proc/{pid}/ns/{name}"))
+                except OSError:
+                    pass
     return namespaces
 
 

@@ -59,7 +59,7 @@ def test_card_follows_the_config(tmp_path):
         dynamic_sampling=True, importance_sampling_level="sequence", gradient_accumulation_steps=2,
         steps_per_generation=4,
     )  # fmt: skip
-    assert family["name"] == "GRPO family card: Dr.GRPO + leave-one-out + dynamic sampling"
+    assert family["name"] == "GRPO family card: Dr.GRPO + leave-one-out + KL in the reward + dynamic sampling"
     assert "baseline: leave-one-out mean of the other completions; not divided by any std" in family["advantage"]
     assert family["ratio"].startswith("sequence-level")
     assert "(B x 100), B = 8" in family["loss"]

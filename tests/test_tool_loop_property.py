@@ -21,7 +21,7 @@ import pytest
 from conftest import skip_unless_required
 
 from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
-from drgrpo.algorithm.rollout.protocol import TokenPieces, observation_text
+from drgrpo.algorithm.rollout.protocol import TurnReader, observation_text
 from rewards.code.tool import ToolResult
 
 ROWS_PER_RANK = 64
@@ -164,7 +164,7 @@ def two_ranks(tokenizer, mode: str, batch: int, max_tokens: int):
                    for _ in range(ROWS_PER_RANK)]  # fmt: skip
         generator, tool = ScriptedGenerator(own, mode, seed=batch * 7 + rank), FakeTool()
         try:
-            answers = run_tool_loop(prompts, generator, tool, own, settings, TokenPieces(own), agree_for(rank))
+            answers = run_tool_loop(prompts, generator, tool, own, settings, TurnReader(own), agree_for(rank))
         except BaseException:
             barrier.abort()
             raise

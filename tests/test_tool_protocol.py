@@ -16,6 +16,8 @@ from drgrpo.algorithm.rollout.protocol import (
     FENCE,
     OPEN,
     FenceScanner,
+    TurnReader,
+    TurnScan,
     cut_turn,
     observation_ids,
     observation_text,
@@ -28,13 +30,16 @@ EOS_ID = 0
 
 
 class Pieces:
-    """Token ids of a made-up vocabulary: id i is the i-th string of `vocab` (id 0 is the eos)."""
+    """A made-up tokenizer: id i decodes to the i-th string of `vocab` (id 0 is the eos, which decodes to nothing)."""
 
     def __init__(self, vocab: list[str]) -> None:
         self.vocab = ["<eos>", *vocab]
 
-    def __call__(self, token_id: int) -> str:
-        return "" if token_id == EOS_ID else self.vocab[token_id]
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join("" if token == EOS_ID else self.vocab[token] for token in ids)
+
+    def scan(self) -> TurnScan:
+        return TurnReader(self).scan()
 
     def ids(self, *pieces: str) -> list[int]:
         return [self.vocab.index(p) if p != "<eos>" else EOS_ID for p in pieces]
@@ -90,29 +95,30 @@ def test_the_scanner_refuses_to_run_past_its_closing_fence():
 def test_cut_turn_keeps_the_fence_token_and_drops_what_follows():
     pieces = Pieces(["```python\n", "print(1)", "\n```\n\n", "hallucinated", " output"])
     ids = pieces.ids("```python\n", "print(1)", "\n```\n\n", "hallucinated", " output")
-    cut = cut_turn(ids, pieces, [EOS_ID], budget=100)
+    cut = cut_turn(ids, pieces.scan(), [EOS_ID], budget=100)
     assert (cut.length, cut.reason, cut.code) == (3, FENCE, "print(1)\n")
 
 
 def test_cut_turn_ends_at_eos_budget_or_where_the_generator_stopped():
     pieces = Pieces(["The", " answer", "```python\n", "x"])
-    assert cut_turn(pieces.ids("The", " answer", "<eos>", "The"), pieces, [EOS_ID], 10) == cut_turn(
-        pieces.ids("The", " answer", "<eos>"), pieces, [EOS_ID], 10
+    assert cut_turn(pieces.ids("The", " answer", "<eos>", "The"), pieces.scan(), [EOS_ID], 10) == cut_turn(
+        pieces.ids("The", " answer", "<eos>"), pieces.scan(), [EOS_ID], 10
     )
-    assert cut_turn(pieces.ids("The", " answer", "<eos>"), pieces, [EOS_ID], 10).reason == EOS
-    assert cut_turn(pieces.ids("The", " answer", "<eos>"), pieces, [EOS_ID], 10).length == 3
-    budget = cut_turn(pieces.ids("```python\n", "x", "x", "x"), pieces, [EOS_ID], 3)
+    assert cut_turn(pieces.ids("The", " answer", "<eos>"), pieces.scan(), [EOS_ID], 10).reason == EOS
+    assert cut_turn(pieces.ids("The", " answer", "<eos>"), pieces.scan(), [EOS_ID], 10).length == 3
+    budget = cut_turn(pieces.ids("```python\n", "x", "x", "x"), pieces.scan(), [EOS_ID], 3)
     assert (budget.length, budget.reason, budget.in_code) == (3, BUDGET, True)
-    assert cut_turn(pieces.ids("The", "x"), pieces, [EOS_ID], 10).reason == OPEN
-    assert cut_turn(pieces.ids("The"), pieces, [EOS_ID], 0).length == 0  # a padding row
+    assert cut_turn(pieces.ids("The", "x"), pieces.scan(), [EOS_ID], 10).reason == OPEN
+    assert cut_turn(pieces.ids("The"), pieces.scan(), [EOS_ID], 0).length == 0  # a padding row
 
 
 def test_an_open_turn_continues_with_its_scanner():
     pieces = Pieces(["```python\n", "print(1)", "\n```"])
-    scanner = FenceScanner()
-    first = cut_turn(pieces.ids("```python\n"), pieces, [EOS_ID], 10, scanner)
-    second = cut_turn(pieces.ids("print(1)", "\n```"), pieces, [EOS_ID], 9, scanner)
+    scan = pieces.scan()
+    first = cut_turn(pieces.ids("```python\n"), scan, [EOS_ID], 10)
+    second = cut_turn(pieces.ids("print(1)", "\n```"), scan, [EOS_ID], 9)
     assert first.reason == OPEN and (second.reason, second.code) == (FENCE, "print(1)\n")
+    assert scan.text == "```python\nprint(1)\n```"
 
 
 def test_the_observation_follows_the_fence_on_a_line_of_its_own():

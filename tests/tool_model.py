@@ -11,7 +11,8 @@ the scripted token with probability ~1 - 1e-17 (a few optimizer steps at a small
     prompt "skip:" ... "!"  ->  ok  <eos>                                (no call)
 
 A prompt is plain text ending in ":" (calls the tool) or "!" (answers at once), so a test chooses per prompt how many
-calls its answers make. With the tool off, the call turn goes on past the fence: \\n``` -> <eos>.
+calls its answers make. With the tool off, the call turn goes on past the fence: \\n``` -> <eos>. `program` and
+`answer` replace the words print(1) and ok (each stays one token, whatever characters it holds).
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ WORDS = ("```python\n", "print(1)", "\n```", "ok")
 MARGIN = 40.0
 
 
-def build_tool_model(output_dir: str | Path, loop: bool = False, hidden_size: int = 32) -> Path:
+def build_tool_model(
+    output_dir: str | Path, loop: bool = False, hidden_size: int = 32, program: str = "print(1)", answer: str = "ok"
+) -> Path:
     """Save the scripted model and its tokenizer to `output_dir`; return the path."""
     output_dir = Path(output_dir)
     tokenizer = build_tokenizer()
-    tokenizer.add_tokens(list(WORDS))
-    ids = {word: tokenizer.convert_tokens_to_ids(word) for word in WORDS}
+    words = dict(zip(WORDS, ("```python\n", program, "\n```", answer), strict=True))
+    tokenizer.add_tokens(list(words.values()))
+    ids = {word: tokenizer.convert_tokens_to_ids(token) for word, token in words.items()}
     eos = tokenizer.eos_token_id
     newline = tokenizer.convert_tokens_to_ids("\n")
     successor = {

@@ -6,6 +6,7 @@ May import: `drgrpo.core`, `rewards`, `drgrpo.data`, `drgrpo.observe` (and torch
 
 Modules, each importing only the ones listed before it:
 - `schedule_keys`: the ranges of the batch and schedule keys (zero, negative, fractional refused), one check for all;
+- `dr_grpo_keys`: what `dr_grpo: true` does with each TRL key (refused by value, named on the card, allowed);
 - `advantages`: `group_advantages` (GRPO / Dr.GRPO / leave-one-out) and reward combination, pure functions;
 - `kl`: KL to the reference policy as a penalty in the reward (verl's estimators);
 - `eos`: `EosArguments`, extra end-of-answer tokens for TRL, vLLM and transformers;
@@ -17,6 +18,7 @@ Modules, each importing only the ones listed before it:
 - `padding`: completions sorted by length (or grouped by prompt) within an optimizer step, micro-batches cut short;
 - `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the prompt, the LM head on CPU);
 - `sampler_correction`: TRL's importance-sampling weight pi_learner / pi_sampler for the engine's samples;
+- `console_table`: TRL's console completions table given text with its control characters escaped;
 - `config`: `DrGRPOConfig`, where `dr_grpo: true` is resolved into TRL's settings;
 - `trainer`: `DrGRPOTrainer`, the smallest set of `GRPOTrainer` overrides that uses the modules above.
 """

@@ -13,6 +13,7 @@ import torch
 from transformers.utils import is_torch_bf16_gpu_available
 from trl import GRPOConfig
 
+from drgrpo.algorithm.dr_grpo_keys import algorithm_name, check_dr_grpo_keys
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
 from drgrpo.algorithm.rollout.arguments import EngineArguments, ToolArguments, resolve_generation_engine
@@ -39,7 +40,9 @@ class DrGRPOConfig(
     (each completion's token-loss sum divided by the constant `max_completion_length`, averaged over completions)
     and `beta=0.0` (no KL term, so no reference model). Setting any of the three to another value as well is an
     error rather than a silent override: a half-applied Dr.GRPO (e.g. the length-unbiased loss with std-scaled
-    advantages) is a different algorithm.
+    advantages) is a different algorithm. So is a TRL key whose value changes the on-policy objective
+    (`entropy_coef: 0.01`, `top_entropy_quantile: 0.2`, ...): refused unless `dr_grpo_allow` names it
+    (`drgrpo.algorithm.dr_grpo_keys` classifies every TRL key).
 
     `scale_rewards`, `loss_type` and `beta` default to `None` here, meaning "not set by the recipe"; after
     `__post_init__` they always hold the resolved values (TRL's defaults when `dr_grpo` is off).
@@ -60,7 +63,8 @@ class DrGRPOConfig(
         metadata={
             "help": "Use Dr.GRPO (Liu et al. 2025): scale_rewards='none', loss_type='dr_grpo', beta=0.0. Setting one "
             "of those three to a different value as well is an error. A KL in the reward (kl_in_reward_coef) is "
-            "still allowed."
+            "still allowed. Keys that change its on-policy objective (entropy_coef, top_entropy_quantile, "
+            "mask_truncated_completions...) are refused unless listed in dr_grpo_allow."
         },
     )
     scale_rewards: str | None = field(
@@ -80,6 +84,15 @@ class DrGRPOConfig(
     beta: float | None = field(
         default=None,
         metadata={"help": "KL coefficient. Unset: 0.0 (no reference model). dr_grpo requires 0.0."},
+    )
+    dr_grpo_allow: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "TRL keys that dr_grpo: true would refuse because their value changes Dr.GRPO's on-policy "
+            "objective, kept knowingly (e.g. [entropy_coef, mask_truncated_completions]); the family card then says "
+            "'opted in: not the paper's objective'. Only such keys may be named (drgrpo/algorithm/dr_grpo_keys.py); "
+            "without dr_grpo it changes nothing."
+        },
     )
     advantage_std_ddof: int = field(
         default=1,
@@ -111,6 +124,12 @@ class DrGRPOConfig(
             self.scale_rewards = _SCALE_REWARDS_ALIASES.get(key, self.scale_rewards)
         if self.beta is not None:
             self.beta = float(self.beta)
+        if self.mask_truncated_completions and self.zero_reward_for_truncated:
+            raise ValueError(
+                "mask_truncated_completions: true and zero_reward_for_truncated: true are two rules for one case, a "
+                "completion cut at max_completion_length: TRL's leaves it out of the loss, ours scores it lowest in "
+                "its group (the Dr.GRPO paper's reward 0). Pick one and set the other to false."
+            )
         resolve_dr_grpo(self)
         # Unset or `auto` becomes a bool here (TRL would turn unset into True, emulated and slow on a CPU without bf16,
         # and refused by transformers on a machine without a bf16 GPU unless use_cpu is set); `bf16_reason` says why.
@@ -151,7 +170,7 @@ class DrGRPOConfig(
     @property
     def algorithm_summary(self) -> str:
         """One line naming the resolved algorithm, logged by the trainer at start-up; it lists only knobs that act."""
-        name = "Dr.GRPO" if self.dr_grpo else "GRPO"
+        name = algorithm_name(self)  # the family card's name, without its family members
         parts = [f"scale_rewards={self.scale_rewards}", f"loss_type={self.loss_type}", f"beta={self.beta}"]
         if self.loss_type == "dr_grpo":
             parts.append(f"loss constant={self.max_completion_length}")
@@ -202,7 +221,9 @@ class DrGRPOConfig(
 
 
 def resolve_dr_grpo(config: DrGRPOConfig) -> None:
-    """Fill `scale_rewards`, `loss_type` and `beta` from the `dr_grpo` switch, or raise on a contradiction."""
+    """Fill `scale_rewards`, `loss_type` and `beta` from the `dr_grpo` switch, or raise on a contradiction; under the
+    switch, refuse the keys whose value changes its on-policy objective unless `dr_grpo_allow` names them
+    (`drgrpo.algorithm.dr_grpo_keys`, the table of every TRL key)."""
     if config.dr_grpo:
         for key, required in DR_GRPO_SETTINGS.items():
             value = getattr(config, key)
@@ -221,3 +242,4 @@ def resolve_dr_grpo(config: DrGRPOConfig) -> None:
         for key, default in TRL_DEFAULTS.items():
             if getattr(config, key) is None:
                 setattr(config, key, default)
+    check_dr_grpo_keys(config)

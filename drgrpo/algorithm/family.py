@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from drgrpo.algorithm.dr_grpo_keys import algorithm_name
 from drgrpo.algorithm.kl import KL_ESTIMATORS
 
 ADVANTAGE_ESTIMATORS = ("group_mean", "leave_one_out")
@@ -144,6 +145,9 @@ def _ratio_line(config: Any) -> str:
     clip = f"clip [1 - {config.epsilon:g}, 1 + {high:g}]"
     if config.delta is not None:
         clip += f", two-sided cap {config.delta:g}"
+    threshold = getattr(config, "off_policy_mask_threshold", None)
+    if threshold is not None:
+        clip += f", off-policy mask: negative-advantage completions with mean KL(sampler||pi_theta) > {threshold:g}"
     level = "sequence" if config.importance_sampling_level == "sequence" else "token"
     return f"{level}-level pi_theta/pi_old, {clip} (loss_type={config.loss_type})"
 
@@ -175,7 +179,9 @@ def _correction(config: Any, sampler: str) -> str:
         )
     mode = config.vllm_importance_sampling_mode
     cap = config.vllm_importance_sampling_clip_max or config.vllm_importance_sampling_cap
-    line = f"{sampler}-vs-trainer mismatch corrected by IS {mode} (cap {cap})"
+    floor = getattr(config, "vllm_importance_sampling_clip_min", None)
+    bounds = f"cap {cap}" if floor is None else f"floor {floor}, cap {cap}"
+    line = f"{sampler}-vs-trainer mismatch corrected by IS {mode} ({bounds})"
     if mode.startswith("sequence"):
         line += (
             "; a sequence-level ratio is a product over its tokens, so long completions are cut or dropped more "
@@ -184,7 +190,29 @@ def _correction(config: Any, sampler: str) -> str:
     return line
 
 
+# TRL's sampling keys that make the sampler draw from a processed distribution rather than pi_theta, each with the
+# values that leave the distribution alone (drgrpo/algorithm/dr_grpo_keys.py: card keys).
+_SAMPLING_AS_IS: dict[str, tuple[Any, ...]] = {
+    "top_p": (1.0,), "top_k": (0, None), "min_p": (None, 0.0), "repetition_penalty": (1.0,),
+    "generation_kwargs": (None, {}), "vllm_structured_outputs_regex": (None, ""),
+}  # fmt: skip
+
+
+def _sampling(config: Any) -> str:
+    """'' when the sampler draws from pi_theta (at its temperature), else the keys that process its distribution."""
+    changed = [
+        f"{key}={getattr(config, key)!r}" for key, as_is in _SAMPLING_AS_IS.items() if getattr(config, key) not in as_is
+    ]
+    if not changed:
+        return ""
+    return f"; samples drawn with {', '.join(changed)}, not from pi_theta, whose log-probs the loss uses"
+
+
 def _logprob_line(config: Any) -> str:
+    return _sampled_from(config) + _sampling(config)
+
+
+def _sampled_from(config: Any) -> str:
     if recomputes_old_logprobs(config):
         old = "pi_old recomputed by the trainer before the updates"
     else:
@@ -227,12 +255,18 @@ def _staleness_line(config: Any) -> str:
 
 
 def family_card(config: Any) -> str:
-    """A block answering the background note's five questions for a resolved `DrGRPOConfig`."""
-    name = "Dr.GRPO" if config.dr_grpo else "GRPO"
-    if config.advantage_estimator == "leave_one_out":
-        name += " + leave-one-out"
-    if config.dynamic_sampling:
-        name += " + dynamic sampling"
+    """A block answering the background note's five questions for a resolved `DrGRPOConfig`.
+
+    Its name is "Dr.GRPO" only for the paper's objective: the family members this project adds follow it ("+
+    leave-one-out"), and TRL keys kept with `dr_grpo_allow` come last, "opted in: not the paper's objective"
+    (`drgrpo.algorithm.dr_grpo_keys.algorithm_name`). Keys that act only off the first update or through the sampler
+    are named on their line (ratio, log-probs, staleness)."""
+    members = (
+        ("leave-one-out", config.advantage_estimator == "leave_one_out"),
+        ("KL in the reward", config.kl_in_reward_coef > 0),
+        ("dynamic sampling", config.dynamic_sampling),
+    )
+    name = algorithm_name(config, tuple(member for member, on in members if on))
     rows = [
         ("advantage", _advantage_line(config)),
         ("ratio", _ratio_line(config)),

@@ -4,14 +4,26 @@ micro-batch to its own longest completion.
 TRL pads a whole generation batch (every prompt left, every completion right) to its longest member, shuffles it and
 splits it into micro-batches that all keep that width: a micro-batch of short answers still runs forward and backward
 over the longest answer's width. Cutting the completion columns that are right padding in every row of a
-micro-batch changes no number of the loss: causal attention never lets an earlier token see them, their mask is 0,
-and `dr_grpo` divides by the constant `max_completion_length`, not by the width. (Prompt columns are kept: the
-training forward numbers positions from the first column, so cutting left padding would shift every position, and
-in bf16 pi_theta/pi_old at the first update moved off 1 by up to 0.4% when it did.) Sorting by completion length
-first, within the micro-batches of one optimizer step only, puts similar lengths together so that more columns go;
-the step's sum is the same for every loss whose micro-batch terms do not depend on which completions share a
-micro-batch (all but `bnpo`, which divides by the micro-batch's own token count, and `top_entropy_quantile < 1`,
-whose threshold is the micro-batch's: those keep TRL's order and are only cut).
+micro-batch changes no term of the loss: causal attention never lets an earlier token see them, their mask is 0,
+and `dr_grpo` divides by the constant `max_completion_length`, not by the width. It does change the forward's
+rounding: the kernels compute a narrower or differently composed micro-batch in another order, so its log-probs
+differ from the full-width ones in the last bits: about 1e-6 in float32, up to 0.4 in bf16 (issue 42).
+
+That is harmless where pi_old is the loss forward's own output, detached (TRL does so unless it recomputes pi_old):
+the ratio pi_theta / pi_old is then exactly 1 at the first update, whatever the layout. Where TRL recomputes pi_old
+(`drgrpo.algorithm.family.recomputes_old_logprobs`: gradient_accumulation_steps not a multiple of
+steps_per_generation x num_iterations, so rollouts are trained after an update, or vLLM's importance-sampling
+correction) it does so in its own micro-batches at the whole batch's width, and a loss forward over other rows at
+another width read a first-update ratio of 1.0005 in bf16 (max |log ratio| 0.417, 0.83% of the tokens clipped). So
+nothing is sorted or cut there (`micro_batch_layout`): the loss sees TRL's micro-batches and its ratio is TRL's,
+exactly 1 at the first update (tests/test_micro_batch_layout.py, bf16 and float32). Computing pi_old again on our
+micro-batches would keep the speed-up there for one more forward pass over the batch.
+
+(Prompt columns are kept: the training forward numbers positions from the first column, so cutting left padding
+would shift every position, and in bf16 pi_theta/pi_old at the first update moved off 1 by up to 0.4% when it did.)
+Sorting by completion length first, within the micro-batches of one optimizer step only, puts similar lengths
+together so that more columns go; the step's loss is the same for every loss whose micro-batch terms do not depend on
+which completions share a micro-batch. Those that do (`grouping_changes_the_loss`) keep TRL's order and are only cut.
 """
 
 from __future__ import annotations
@@ -35,6 +47,28 @@ COMPLETION_KEYS = (
 ROW_KEYS = ("advantages", "num_items_in_batch")
 KNOWN_KEYS = frozenset(PROMPT_KEYS + COMPLETION_KEYS + ROW_KEYS)
 GROUPING_DEPENDENT_LOSSES = frozenset({"bnpo"})
+
+
+def grouping_changes_the_loss(
+    loss_type: str, top_entropy_quantile: float, entropy_bonus: bool, router_aux_loss: bool
+) -> bool:
+    """Whether a micro-batch's loss term depends on which completions share the micro-batch (TRL 1.16
+    `GRPOTrainer._compute_loss`), so that sorting would change the step's loss: `bnpo` divides by the micro-batch's
+    own token count; `top_entropy_quantile < 1` trains the tokens above the micro-batch's entropy quantile; the
+    entropy bonus (`entropy_coef`, adaptive or not) is the micro-batch's token mean of the entropy (issue 42: step
+    loss -0.490677 in TRL's grouping, -0.490693 sorted, at 0.1); a MoE router's load-balancing loss is the
+    micro-batch's. Each is over the unmasked tokens only, so cutting padding columns leaves it as it was."""
+    return loss_type in GROUPING_DEPENDENT_LOSSES or top_entropy_quantile < 1.0 or entropy_bonus or router_aux_loss
+
+
+def micro_batch_layout(
+    sort_by_length: bool, recomputes_old_logprobs: bool, grouping_dependent: bool
+) -> tuple[bool, bool]:
+    """(cut, sort): whether the trainer cuts each micro-batch's padding columns, and whether it sorts an optimizer
+    step's completions by length first (module docstring). Neither where TRL recomputes pi_old in its own
+    micro-batches; no sorting where `grouping_changes_the_loss`."""
+    cut = sort_by_length and not recomputes_old_logprobs
+    return cut, cut and not grouping_dependent
 
 
 def trimmable(batch: dict) -> bool:

@@ -44,8 +44,11 @@ class StepSpeedArguments:
         metadata={
             "help": "Sort the completions of each optimizer step by length before they are split into "
             "micro-batches, and cut every micro-batch to its own longest completion: padding columns "
-            "cost forward and backward compute for nothing. The loss is unchanged (bnpo and top_entropy_quantile "
-            "< 1, whose terms depend on the micro-batch, are only cut, not sorted)."
+            "cost forward and backward compute for nothing. The loss is unchanged (bnpo, top_entropy_quantile < 1, "
+            "an entropy bonus and a MoE router loss, whose terms depend on the micro-batch, are only cut, not "
+            "sorted). Off where TRL recomputes pi_old (gradient_accumulation_steps not a multiple of "
+            "steps_per_generation x num_iterations, or vLLM's importance-sampling correction): the loss then keeps "
+            "TRL's micro-batches, so the first update's ratio stays exactly 1."
         },
     )
     share_prompt_forward: bool = field(

@@ -21,13 +21,14 @@ from drgrpo.algorithm.advantages import (
     truncated_completions,
 )
 from drgrpo.algorithm.config import DrGRPOConfig
+from drgrpo.algorithm.console_table import escaped_console_table
 from drgrpo.algorithm.dynamic_sampling import DynamicSampler
 from drgrpo.algorithm.eos import apply_extra_eos_tokens
 from drgrpo.algorithm.family import family_card, recomputes_old_logprobs
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
-from drgrpo.algorithm.padding import GROUPING_DEPENDENT_LOSSES, bucket_micro_batches
+from drgrpo.algorithm.padding import bucket_micro_batches, grouping_changes_the_loss, micro_batch_layout
 from drgrpo.algorithm.rollout.trainer_engine import build_trainer_engine
-from drgrpo.algorithm.rollout.trl_rollout import MODEL_TEXT
+from drgrpo.algorithm.rollout.trl_rollout import MODEL_IDS, MODEL_TEXT
 from drgrpo.algorithm.sampler_correction import corrected_advantages, sampler_weights
 from drgrpo.algorithm.shared_prompt import shared_prompt_forward, shares_prompts
 from drgrpo.algorithm.step_speed import compact_fused_lm_head
@@ -121,11 +122,15 @@ class DrGRPOTrainer(GRPOTrainer):
     # paper's runs) truncated completions are scored 0 here, where their token ids are at hand, before TRL logs and
     # normalises the rewards: each function's lowest score (and so is a missing score of an ended completion), so
     # that truncation can never pay, in TRL's advantage as in ours. With the Python tool (drgrpo/algorithm/rollout/) the
-    # rewards read the policy's own text, never the tool's: a printed \boxed{} earns nothing.
+    # rewards read the policy's own text and ids, never the tool's: a printed \boxed{} earns nothing, and a length
+    # reward (`overlong`, `cosine_length`, a custom one reading `completion_ids`) counts the policy's tokens only.
+    # Truncation is still read from the whole trajectory's ids, as TRL reads it.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        reward_ids = completion_ids_list
         if inputs and MODEL_TEXT in inputs[0]:
             completions = model_completions(completions, [x[MODEL_TEXT] for x in inputs])
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            reward_ids = [x[MODEL_IDS] for x in inputs]
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, reward_ids)
         if self._truncated_scores is not None:
             stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
             truncated = truncated_completions(completion_ids_list, stop_token_ids).to(rewards_per_func.device)
@@ -220,17 +225,26 @@ class DrGRPOTrainer(GRPOTrainer):
     # Override: TRL pads the whole generation batch to its longest completion, shuffles it and splits it into
     # micro-batches of that width. After a new generation, sort each optimizer step's completions by length and cut
     # every micro-batch to its own longest completion (drgrpo/algorithm/padding.py): the same loss, less compute.
+    # Neither where TRL recomputed pi_old in its own micro-batches: the loss forward must see the rows and the width
+    # pi_old was computed at, or its rounding moves the first update's ratio off 1 (issue 42).
     def _prepare_inputs(self, generation_batch):
         generate_every = self.args.steps_per_generation * self.num_iterations
         fresh = self.model.training and (self._step % generate_every == 0 or self._buffered_inputs is None)
         inputs = super()._prepare_inputs(generation_batch)
-        if not (fresh and self.args.sort_by_length):
+        cut, sort = self._micro_batch_layout()
+        if not (fresh and cut):
             return inputs
-        sort = self.loss_type not in GROUPING_DEPENDENT_LOSSES and self.top_entropy_quantile >= 1.0
         self._buffered_inputs = bucket_micro_batches(
             self._buffered_inputs, self.args.gradient_accumulation_steps, sort=sort, by_prompt=self._shares_prompts()
         )
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _micro_batch_layout(self) -> tuple[bool, bool]:
+        """(cut, sort) of the micro-batches after a generation (`padding.micro_batch_layout`)."""
+        grouping_dependent = grouping_changes_the_loss(
+            self.loss_type, self.top_entropy_quantile, self._entropy_bonus_enabled, self.aux_loss_enabled
+        )
+        return micro_batch_layout(self.args.sort_by_length, recomputes_old_logprobs(self.args), grouping_dependent)
 
     def _shares_prompts(self) -> bool:
         """Whether the loss forward computes each prompt once (drgrpo/algorithm/shared_prompt.py): the key on,
@@ -238,13 +252,10 @@ class DrGRPOTrainer(GRPOTrainer):
         checkpointed layer), text only, no FSDP or DeepSpeed wrapping (their root module must run first), and pi_old
         not recomputed by TRL's own forward (the first update's ratio is then exactly 1: pi_old is this forward's
         detached output)."""
-        sort = self.loss_type not in GROUPING_DEPENDENT_LOSSES and self.top_entropy_quantile >= 1.0
         return bool(
             self.args.share_prompt_forward
-            and self.args.sort_by_length
+            and self._micro_batch_layout()[1]  # sorted: pi_old not recomputed, a grouping-independent loss
             and not self.args.gradient_checkpointing  # a checkpointed layer would not keep the prompt's cache
-            and sort
-            and not recomputes_old_logprobs(self.args)
             and not self._is_vlm
             and not (self.is_fsdp_enabled or self.is_deepspeed_enabled)  # sharded: the root module must run first
         )
@@ -371,11 +382,14 @@ class DrGRPOTrainer(GRPOTrainer):
 
     # Override: TRL's `log` averages every metric's list of values since the last log. For the maxima among our
     # metrics that would be a mean of per-micro-step maxima; reduce their lists with max first, so they stay maxima.
+    # And it prints the completions table (`log_completions`) to the console as the policy wrote it: escape
+    # sequences the policy emits would act on the terminal (`escaped_console_table`).
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if self.model.training else "eval"
         diagnostics.reduce_to_max(self._metrics[mode], metric_names.MAXIMUM_METRICS)
         diagnostics.reduce_to_max(self._metrics[mode], metric_names.MINIMUM_METRICS, reduce=min)
-        super().log(logs, start_time)
+        with escaped_console_table():
+            super().log(logs, start_time)
 
     # Override: on resume, transformers warns "There were missing keys in the checkpoint model loaded:
     # ['lm_head.weight']" for a model whose output layer *is* its input embeddings (tied, as in SmolLM2): the file

@@ -1,5 +1,6 @@
 """What every layer uses: the user-error machinery, the checkpoint folders of a run, which model a name means (LoRA
-adapters too), torch's thread count, and whether the CPU computes bf16 natively.
+adapters too), torch's thread count, whether the CPU computes bf16 natively, and the control characters kept off a
+terminal.
 
 May import: the standard library only (torch, transformers, peft and huggingface_hub lazily, inside functions).
 Everything else in `drgrpo/` and `rewards/` may import this package.
@@ -14,5 +15,7 @@ Modules, each importing only the ones listed before it:
 - `adapters`: LoRA adapter folders loaded, merged and recorded with a portable base name, as models;
 - `threads`: torch's thread count from the cores other processes leave free, re-chosen as that changes;
 - `cpu_bf16`: whether the CPU computes bf16 natively (its flags), and what a recipe's `bf16: auto` resolves to;
-- `heap`: freed memory returned to the system between the stages of a run (glibc's `malloc_trim`).
+- `heap`: freed memory returned to the system between the stages of a run (glibc's `malloc_trim`);
+- `control_chars`: C0/C1 control characters stripped from the tool's observations, escaped in the console's
+  completions table.
 """

@@ -177,13 +177,13 @@ class TransformersBackend:
         budgets: Sequence[int],
         temperature: float,
         top_p: float,
-        pieces,
+        reader,
     ) -> list[tuple[list[int], None]]:
         """One turn of the Python tool's loop (`drgrpo.algorithm.rollout.loop`): each row stops at its program's closing
         fence, an eos or its own token budget (`drgrpo.algorithm.rollout.generation.TurnStop`)."""
         from drgrpo.algorithm.rollout.generation import TurnStop
 
-        stop = TurnStop(pieces, budgets, self.eos_ids, 0)
+        stop = TurnStop(reader, rows, budgets, self.eos_ids, 0)
         ids = self.generate_ids(rows, seeds, temperature, top_p, max(1, max(budgets)), budgets, stop.ends_row)
         return [(row, None) for row in ids]
 
@@ -254,7 +254,7 @@ class VLLMBackend:
         budgets: Sequence[int],
         temperature: float,
         top_p: float,
-        pieces,
+        reader,
     ) -> list[tuple[list[int], None]]:
         """One turn of the Python tool's loop: each row's own budget and seed, and the stop string of the usual
         closing fence (the loop cuts every row on its ids, so a late or early stop gives the same trajectory)."""

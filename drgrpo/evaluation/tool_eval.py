@@ -17,7 +17,7 @@ from typing import Any
 
 from drgrpo.algorithm.rollout.arguments import ToolArguments
 from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
-from drgrpo.algorithm.rollout.protocol import TokenPieces
+from drgrpo.algorithm.rollout.protocol import TurnReader, check_turn_reading
 from drgrpo.evaluation.backends import Generation, Request
 from drgrpo.evaluation.sampling import sample_seed
 
@@ -84,16 +84,16 @@ def generate_with_tool(
     temperature: float,
     top_p: float,
     max_new_tokens: int,
-    pieces: TokenPieces,
+    reader: TurnReader,
 ) -> list[ToolGeneration]:
     """Every request's sample with the tool, in order."""
 
     def generate(rows, budgets, owners):
         seeds = [turn_seed(requests[o[0]].seed, o[1]) if o is not None else 0 for o in owners]
-        return backend.generate_turn(rows, seeds, budgets, temperature, top_p, pieces)
+        return backend.generate_turn(rows, seeds, budgets, temperature, top_p, reader)
 
     loop = LoopSettings(max_calls=settings.tool_max_calls, max_tokens=max_new_tokens, eos_ids=tuple(backend.eos_ids))
-    answers = run_tool_loop([r.prompt_ids for r in requests], generate, tool, tokenizer, loop, pieces=pieces)
+    answers = run_tool_loop([r.prompt_ids for r in requests], generate, tool, tokenizer, loop, reader=reader)
     generations = []
     for answer in answers:
         generations.append(
@@ -122,13 +122,13 @@ def tool_summary(rows: Sequence[dict]) -> dict:
 
 
 class ToolSession:
-    """The tool of one evaluation run: its settings, its sandbox (started on first use) and its token pieces."""
+    """The tool of one evaluation run: its settings, its sandbox (started on first use) and its turn reader."""
 
     def __init__(self, settings: ToolArguments, code_settings: Any = None) -> None:
         self.settings = settings
         self.code_settings = code_settings
         self._tool = None
-        self._pieces: TokenPieces | None = None
+        self._reader: TurnReader | None = None
 
     @classmethod
     def from_recipe(cls, tool_max_calls: int, recipe: dict) -> ToolSession:
@@ -143,10 +143,11 @@ class ToolSession:
         from drgrpo.algorithm.rollout.python_tool import build_python_tool
 
         if self._tool is None:
+            check_turn_reading(tokenizer)  # a tokenizer whose programs would not read as written: refused
+            self._reader = TurnReader(tokenizer)
             self._tool = build_python_tool(self.settings, self.code_settings)
-            self._pieces = TokenPieces(tokenizer)
         return generate_with_tool(
-            backend, tokenizer, self._tool, self.settings, requests, temperature, top_p, max_new_tokens, self._pieces
+            backend, tokenizer, self._tool, self.settings, requests, temperature, top_p, max_new_tokens, self._reader
         )
 
     def summary(self, rows: Sequence[dict]) -> dict:

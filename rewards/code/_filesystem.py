@@ -127,19 +127,6 @@ def _read_only(mount_points: list[str]) -> None:
         raise OSError(errno.EPERM, "could not make the file system read-only")
 
 
-def reset_tmp(workdir: str, tmpfs: str) -> None:
-    """Leave /tmp empty after a job: the common case (the work folder holds just main.py) by two unlinks, anything
-    else (a program wrote files or folders, or its processes are still there) by `fresh_tmp`, about 1 ms more."""
-    try:
-        if os.listdir("/tmp") == [os.path.basename(workdir)] and os.listdir(workdir) == ["main.py"]:
-            os.unlink(os.path.join(workdir, "main.py"))
-            os.rmdir(workdir)
-            return
-    except OSError:
-        pass  # e.g. main.py replaced by a folder, or a file appeared meanwhile
-    fresh_tmp(tmpfs)
-
-
 def fresh_tmp(tmpfs: str) -> None:
     """Replace /tmp (work folders, and whatever a program wrote there) by an empty tmpfs: a detach frees the old one
     whatever it holds (a tree deeper than any recursive delete, files a program made read-only), in a time bounded

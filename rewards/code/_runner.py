@@ -9,20 +9,23 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
    program dies with `R`), and waits for it. `R` builds a minimal read-only root (`rewards.code._filesystem`:
    `/usr`, `/lib*`, `/etc`, the interpreters' folders, a few devices; no `/tmp`, `/var`, `/run`, `/dev/shm`,
-   `/home` of the host), `pivot_root`s into it, mounts a fresh writable tmpfs on `/tmp` for the work folders and
-   answers `("ready", info)`.
-3. Per job `(job_id, program, stdin, limits)`: `R` writes the program into a fresh folder, forks the program
-   (own session, network and IPC namespaces, oom_score_adj 1000, uid/gid 65534, no capabilities, no new
-   privileges, rlimits, a fresh session keyring, the seccomp filter, clean environment, stdin from a memfd), reads
-   its stdout/stderr up to the output limit, and on exit, timeout or overflow kills every process of the namespace
-   (`kill(-1, SIGKILL)`), reaps them (their CPU time is the program's), replaces `/tmp` by an empty tmpfs and
-   answers `(job_id, result)`. After an error of its own, or when its own
-   limits changed, the answer carries `retire` and
-   `R` exits: the trainer starts another runner.
+   `/home` of the host), `pivot_root`s into it and answers `("ready", info)`.
+3. Before each job (after answering the last), `R` prepares the next program's slot (`rewards.code._program`): a
+   stage process `S` unshares a pid and a mount namespace, mounts an empty tmpfs on `/tmp` with the work folder
+   `/tmp/work` in it, and forks `I`, pid 1 of that pid namespace, which waits for the job. Per job `(job_id,
+   program, stdin, limits)`: `I` writes the program, forks it (pid 2; own session, network and IPC namespaces,
+   oom_score_adj 1000, uid/gid 65534, no capabilities, no new privileges, rlimits, a fresh session keyring, the
+   seccomp filter, clean environment, stdin from a memfd), reaps every process of its namespace, kills what is left
+   once the program exits and reports its wait status; `R` reads stdout/stderr up to the output limit, kills `I`
+   (hence the whole namespace) on timeout or overflow, reaps it (its CPU time includes every process it reaped: the
+   program's) and answers `(job_id, result)`. The namespaces and the tmpfs die with `I`: no pid, inode, file or
+   folder name carries anything from one program to the next. After an error of its own, or when its own limits
+   changed, the answer carries `retire` and `R` exits: the trainer starts another runner.
 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
 drops to `B`'s own uid (`B` must be root: the fallback is refused otherwise), under the filter (no socket() at all)
-and Landlock where the kernel has it, but in the pid namespace and file system of the host (docs/code-rewards.md).
+and Landlock where the kernel has it, but in the pid namespace and file system of the host, in a work folder of a
+random name (docs/code-rewards.md).
 Nothing here imports beyond the standard library (and this package's own modules).
 """
 
@@ -40,16 +43,24 @@ import sys
 import time
 
 from rewards.code import _cgroup, _landlock
-from rewards.code._filesystem import DEVICES, ROOT_FOLDERS, minimal_root, remove_tree, reset_tmp
-from rewards.code._seccomp import ProgramFilter, join_fresh_session_keyring
+from rewards.code._filesystem import ROOT_FOLDERS, minimal_root, remove_tree
+from rewards.code._program import (
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    PR_SET_DUMPABLE,
+    STATUS,
+    Slot,
+    check,
+    exec_program,
+    prepare_slot,
+    stdin_memfd,
+)
+from rewards.code._seccomp import ProgramFilter
 
 _HEADER = struct.Struct(">I")
-CLONE_NEWNS = 0x00020000
-CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 PROGRAM_ID = 65534  # uid and gid of every program inside its user namespace (nobody/nogroup)
 # Outside (root trainer), each runner's programs get uid/gid OWN_IDS_BASE + the runner's pid: a live pid is
 # unique, so no host process and no other runner shares it (its key quota, process count, signals). The range
@@ -58,12 +69,6 @@ OWN_IDS_BASE = 0x70000000
 STDERR_KEEP = 2048  # bytes of stderr kept for the result (the tail: where Python puts the exception)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
 def _send(out, message: tuple) -> None:
@@ -111,7 +116,7 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
     if disabled:  # DRGRPO_SANDBOX_NO_NAMESPACES: behave as on a kernel that forbids them
         raise OSError(errno.EPERM, "namespaces disabled by DRGRPO_SANDBOX_NO_NAMESPACES")
     uid, gid = os.geteuid(), os.getegid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+    check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
     if uid == 0:
         _send(out, ("map", os.getpid()))  # the parent (root outside) writes 0->0 and 65534->our own id
         reply = _receive(stdin)
@@ -122,91 +127,6 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
         _write("/proc/self/uid_map", f"{PROGRAM_ID} {uid} 1\n")
         _write("/proc/self/gid_map", f"{PROGRAM_ID} {gid} 1\n")
     return "namespaces"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# One program (R)
-
-
-def _set_limits(limits: dict, extra_processes: int) -> None:
-    cpu = int(limits["cpu_seconds"])
-    memory = limits["memory_mb"] * 1024 * 1024
-    for name, value in (
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at `cpu` seconds, SIGKILL a second later
-        (resource.RLIMIT_AS, (memory, memory)),
-        (resource.RLIMIT_NPROC, (limits["max_processes"] + extra_processes,) * 2),
-        (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
-        (resource.RLIMIT_FSIZE, (limits["max_file_bytes"],) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-        # Whatever the trainer had: no page locked out of reclaim, no real-time or raised scheduling priority.
-        (resource.RLIMIT_MEMLOCK, (0, 0)),
-        (resource.RLIMIT_RTPRIO, (0, 0)),
-        (resource.RLIMIT_NICE, (0, 0)),
-    ):
-        resource.setrlimit(name, value)
-
-
-def _exec_program(job: dict, workdir: str, fds: tuple[int, int, int, int], state: dict) -> None:
-    """In the forked child: drop everything, then exec the interpreter on the program. Never returns. `fds`: stdin,
-    stdout, stderr, and the close-on-exec pipe on which a failure to start is reported (a program cannot write to
-    it, so it cannot pass its own failure off as the sandbox's: that would score None instead of 0)."""
-    stdin_fd, out_w, err_w, failed_w = fds
-    try:
-        os.setsid()
-        _first_oom_victim(state["proc"])
-        os.dup2(stdin_fd, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.closerange(3, failed_w)
-        os.closerange(failed_w + 1, 1 << 16)
-        os.chdir(workdir)
-        private_ipc = _own_namespaces(state["mode"] == "namespaces")
-        if state["mode"] == "namespaces" or os.geteuid() == 0:
-            if state["mode"] != "namespaces" or state["root"]:
-                os.setgroups([])
-            program_id = state["program_id"]
-            os.setresgid(program_id, program_id, program_id)
-            os.setresuid(program_id, program_id, program_id)
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        _set_limits(job["limits"], state["extra_processes"])
-        join_fresh_session_keyring()
-        if state["landlock"]:  # the fallback: no mount namespace, so Landlock decides what it may open
-            _landlock.restrict(state["landlock"], state["readable"], [f"/dev/{d}" for d in DEVICES], workdir)
-        state["filters"][private_ipc].install()  # last: it refuses keyctl, setsid, unshare, ...
-        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-        python = job["python"]
-        os.execve(python, [python, *job["python_args"], "main.py"], env)
-    except BaseException as exc:  # noqa: BLE001 - reported on the close-on-exec pipe
-        try:
-            os.write(failed_w, f"sandbox: cannot start the program: {exc!r}".encode()[:4096])
-        finally:
-            os._exit(126)
-
-
-def _first_oom_victim(proc_fd: int) -> None:
-    """oom_score_adj 1000 for the calling process (and what it starts): under memory pressure the kernel kills a
-    program before anything else, never the trainer for a program's memory. Written through the host's /proc
-    (`proc_fd`) while the process may still write its own entry there (dumpable, not yet its program's uid); in
-    the fallback it is root then, so 1000 is also the least it may set later. With namespaces a program has no
-    /proc to change it in."""
-    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # R is not dumpable; its /proc entries would be root's
-    fd = os.open("self/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc_fd)
-    try:
-        os.write(fd, b"1000")
-    finally:
-        os.close(fd)
-
-
-def _own_namespaces(required: bool) -> bool:
-    """Give the calling process network and IPC namespaces of its own (`required`: else raise); whether it has an
-    IPC one. Abstract Unix socket names, ports, SysV objects and POSIX message queues then belong to this program
-    alone and die with it: none is there for the next program of the runner, even one kept in flight past its
-    program's end by an SCM_RIGHTS cycle. Without namespaces (the fallback), each where the kernel allows it."""
-    if _libc.unshare(CLONE_NEWIPC | CLONE_NEWNET) == 0:
-        return True
-    if required:
-        _check(-1, "unshare(CLONE_NEWIPC | CLONE_NEWNET)")
-    return _libc.unshare(CLONE_NEWIPC) == 0
 
 
 def _kill_all(state: dict, pgid: int) -> None:
@@ -269,29 +189,38 @@ def _reap(pid: int, block_s: float, state: dict) -> tuple[int | None, float]:
 
 def run_job(job: dict, state: dict) -> dict:
     """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`."""
-    limits = job["limits"]
-    workdir = os.path.join(state["work_root"], str(job["id"]))
+    if state["mode"] == "namespaces":
+        # The inits of earlier programs that have exited (the last one tears its namespaces down meanwhile, off the
+        # critical path): reaped, never waited for.
+        state["exiting"] = [init for init in state.get("exiting", []) if os.waitpid(init, os.WNOHANG)[0] == 0]
+        slot = state.pop("slot", None) or prepare_slot(state)
+        try:
+            return _run_in_slot(job, slot, state)
+        finally:
+            slot.close()
+            if slot.init is not None:
+                state["exiting"].append(slot.init)  # it reported: it exits now
+    workdir = os.path.join(state["work_root"], os.urandom(8).hex())  # a name that counts nothing
     os.mkdir(workdir, 0o700)
     try:
         with open(os.path.join(workdir, "main.py"), "wb") as f:
             f.write(job["program"])
-        if state["mode"] == "namespaces" or state["root"]:
+        if state["root"]:
             os.chown(workdir, state["program_id"], state["program_id"])
             os.chown(os.path.join(workdir, "main.py"), state["program_id"], state["program_id"])
-        stdin_fd = os.memfd_create("stdin")
-        os.write(stdin_fd, job["stdin"])
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        stdin_fd = stdin_memfd(job["stdin"])
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         failed_r, failed_w = os.pipe2(os.O_CLOEXEC)
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _exec_program(job, workdir, (stdin_fd, out_w, err_w, failed_w), state)
+            exec_program(job, workdir, (stdin_fd, out_w, err_w, failed_w), state)
         for fd in (stdin_fd, out_w, err_w, failed_w):
             os.close(fd)
         try:
-            result = _supervise(pid, out_r, err_r, limits, start, state)
+            result, wait_status = _supervise(pid, out_r, err_r, job["limits"], start, state)
+            _verdict(result, wait_status, job["limits"])
             failure = os.read(failed_r, 4096)  # empty: exec succeeded (the pipe closed on exec) or nothing to say
         finally:
             os.close(failed_r)
@@ -299,31 +228,80 @@ def run_job(job: dict, state: dict) -> dict:
             result.update(status="sandbox_error", stderr=failure)
         return result
     finally:
-        if state["mode"] == "namespaces":
-            reset_tmp(workdir, state["tmpfs"])
-        else:
-            remove_tree(workdir)
+        remove_tree(workdir)
 
 
-def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> dict:
-    """Read the program's output until it exits (or the wall limit, or the output limit); the verdict. Its time
-    limit is CPU time (`limits["timeout"]`): a neighbour that takes the CPU makes it slower, not wrong, up to the
-    wall limit (`limits["wall_timeout"]`, by default twice as long), which stops programs that sleep or block."""
+def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
+    """R's side of one program in its slot: send the job to I, prepare the next slot while the program runs, read
+    the output, and I's report (the program's wait status and CPU time)."""
+    failure = slot.ready()
+    if failure is not None:
+        return _error(failure)
+    start = time.monotonic()
+    try:
+        with os.fdopen(os.dup(slot.fds["job"]), "wb") as job_w:
+            pickle.dump(job, job_w, protocol=pickle.HIGHEST_PROTOCOL)
+    except BrokenPipeError:
+        pass  # I died before reading it: read below like any other end
+    os.close(slot.fds.pop("job"))
+    state["slot"] = prepare_slot(state)  # the next program's namespaces, made while this one runs
+    limits = job["limits"]
+    status, stdout, stderr = _read_output(slot.fds.pop("out"), slot.fds.pop("err"), slot.fds["report"], limits, start)
+    report = os.read(slot.fds["report"], STATUS.size) if status == "ok" else b""
+    if len(report) == STATUS.size:
+        wait_status, cpu = STATUS.unpack(report)
+    else:
+        # Killed: the wall or output limit (here), or I itself died (the OOM killer), and every process of the
+        # namespace with it. Its CPU time is I's usage: the kernel reaps the namespace's processes into it.
+        os.kill(slot.init, signal.SIGKILL)
+        _, _, usage = os.wait4(slot.init, 0)
+        slot.init, wait_status, cpu = None, signal.SIGKILL, usage.ru_utime + usage.ru_stime
+    result = {"status": status, "stdout": stdout, "stderr": stderr, "wall_s": time.monotonic() - start, "cpu_s": cpu}
+    _verdict(result, None if wait_status < 0 else wait_status, limits)
+    failure = os.read(slot.fds["failed"], 4096)
+    if failure:
+        result.update(status="sandbox_error", stderr=failure)
+    return result
+
+
+def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> tuple[dict, int | None]:
+    """The fallback's program `pid`: read its output until it exits (or a limit); the result without its verdict
+    (`_verdict`) and its wait status (None: not reaped), after killing and reaping everything it started."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        status, stdout, stderr = _read_output(out_r, err_r, pidfd, limits, start, lambda: _kill_all(state, pid))
+    finally:
+        _kill_all(state, pid)
+        wait_status, cpu = _reap(pid, 5.0, state)
+        os.close(pidfd)
+    result = {"status": status, "stdout": stdout, "stderr": stderr}
+    return result | {"wall_s": time.monotonic() - start, "cpu_s": cpu}, wait_status
+
+
+def _read_output(
+    out_r: int, err_r: int, done_fd: int, limits: dict, start: float, on_done=None
+) -> tuple[str, bytes, bytes]:
+    """Read stdout and stderr (closing them) until both are closed and `done_fd` is readable (the program's pidfd,
+    or I's report), or the wall limit, or the output limit: (`ok`, `timeout` or `output_limit`, stdout, stderr
+    tail). `on_done` runs once `done_fd` is readable (the fallback kills what the program left, closing the pipes).
+    The time limit is CPU time (`limits["timeout"]`, judged by `_verdict`): a neighbour that takes the CPU makes a
+    program slower, not wrong, up to the wall limit (`limits["wall_timeout"]`, by default twice as long), which stops
+    programs that sleep or block."""
     deadline = start + limits["wall_timeout"]
     stdout, stderr = bytearray(), bytearray()
     open_fds = {out_r, err_r}
-    pidfd = os.pidfd_open(pid)
-    status, exited = "ok", False
+    status, done = "ok", False
     try:
-        while open_fds or not exited:
+        while open_fds or not done:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 status = "timeout"
                 break
-            readable, _, _ = select.select([*open_fds, *([] if exited else [pidfd])], [], [], remaining)
-            if pidfd in readable:
-                exited = True
-                _kill_all(state, pid)  # the program is done: whatever it started goes too (and closes the pipes)
+            readable, _, _ = select.select([*open_fds, *([] if done else [done_fd])], [], [], remaining)
+            if done_fd in readable:
+                done = True
+                if on_done is not None:
+                    on_done()
             for fd in (out_r, err_r):
                 if fd not in readable:
                     continue
@@ -338,31 +316,27 @@ def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, sta
                 status = "output_limit"
                 break
     finally:
-        _kill_all(state, pid)
-        wait_status, cpu = _reap(pid, 5.0, state)
-        for fd in (out_r, err_r, pidfd):
-            os.close(fd)
-    wall = time.monotonic() - start
-    if status == "ok":
+        os.close(out_r)
+        os.close(err_r)
+    return status, bytes(stdout[: limits["max_output_bytes"]]), bytes(stderr)
+
+
+def _verdict(result: dict, wait_status: int | None, limits: dict) -> None:
+    """Set the result's status (when the output was read to its end: `ok` so far) and exit code from the program's
+    wait status (None: it could not be reaped) and the CPU time of all its processes."""
+    if result["status"] == "ok":
         if wait_status is None:
-            status = "sandbox_error"
-        elif cpu > limits["timeout"]:
-            status = "timeout"  # finished (or crashed), but after more CPU time than allowed
+            result["status"] = "sandbox_error"
+        elif result["cpu_s"] > limits["timeout"]:
+            result["status"] = "timeout"  # finished (or crashed), but after more CPU time than allowed
         elif os.WIFSIGNALED(wait_status):
-            status = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
+            result["status"] = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
         elif os.WEXITSTATUS(wait_status) != 0:
-            status = "crash"
-    exit_code = None
+            result["status"] = "crash"
+    result["exit_code"] = None
     if wait_status is not None:
-        exit_code = -os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else os.WEXITSTATUS(wait_status)
-    return {
-        "status": status,
-        "exit_code": exit_code,
-        "stdout": bytes(stdout[: limits["max_output_bytes"]]),
-        "stderr": bytes(stderr),
-        "wall_s": wall,
-        "cpu_s": cpu,
-    }
+        signalled = os.WIFSIGNALED(wait_status)
+        result["exit_code"] = -os.WTERMSIG(wait_status) if signalled else os.WEXITSTATUS(wait_status)
 
 
 def _own_settings() -> tuple:
@@ -384,6 +358,8 @@ def _serve(stdin, out, state: dict) -> None:
     info |= {"memory_cgroup": state["memory_cgroup"]}
     _send(out, ("ready", info))
     start_up = _own_settings()
+    if state["mode"] == "namespaces":
+        state["slot"] = prepare_slot(state)
     while True:
         job = _receive(stdin)
         if job is None:
@@ -454,9 +430,9 @@ def main() -> None:
         _send(out, ("unavailable", str(exc), "isolation"))
         return
     if state["mode"] == "namespaces":
-        # Unprivileged, B and R share uid 65534 of the namespace with the programs and count towards its
-        # process limit.
-        state["extra_processes"] = 0 if root else 2
+        # Unprivileged, B, R, the program's init I, the next program's and the last one's (exiting) share uid 65534
+        # of the namespace with the programs and count towards its process limit.
+        state["extra_processes"] = 0 if root else 5
         child = os.fork()
         if child:  # B: wait for R, then leave with it
             os.close(stdin.fileno())
@@ -468,7 +444,9 @@ def main() -> None:
         except OSError as exc:
             _send(out, ("unavailable", f"filesystem isolation failed: {exc}", "isolation"))
             return
-        # The runner's own tmpfs, invisible outside its mount namespace, replaced after each job.
+        # Each program's /tmp is a tmpfs of these options in its own mount namespace (rewards.code._program).
         state["work_root"], state["tmpfs"] = "/tmp", config["tmpfs"]
+        # R's own pid namespace, to which its children return after each program's (rewards.code._program).
+        state["pid_namespace"] = os.open("thread-self/ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=state["proc"])
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
     _serve(stdin, out, state)

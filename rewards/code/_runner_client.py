@@ -19,7 +19,16 @@ from rewards.code._runner import PROGRAM_ID, program_id_outside
 
 _HEADER = struct.Struct(">I")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-_BOOT = "import sys; sys.path.insert(0, sys.argv[2]); from rewards.code._runner import main; main()"
+# The runner imports `rewards.code._runner` alone, not the packages' `__init__`s (the reward library, math-verify,
+# ...): a lean runner forks its programs faster (the fork copies its page tables), 3 forks per program.
+_BOOT = (
+    "import sys, types\n"
+    "for name in ('rewards', 'rewards.code'):\n"
+    "    module = sys.modules[name] = types.ModuleType(name)\n"
+    "    module.__path__ = [sys.argv[2] + '/' + name.replace('.', '/')]\n"
+    "from rewards.code._runner import main\n"
+    "main()"
+)
 # Seconds beyond a program's own timeout before its runner is considered hung and killed (set-up + clean-up).
 RUNNER_GRACE_S = 10.0
 START_TIMEOUT_S = 30.0

@@ -355,10 +355,16 @@ _SANDBOXES_LOCK = threading.Lock()
 
 
 def get_sandbox(
-    num_workers: int, limits: SandboxLimits, allow_network_fallback: bool = False, python: str | None = None
+    num_workers: int,
+    limits: SandboxLimits,
+    allow_network_fallback: bool = False,
+    python: str | None = None,
+    owner: str = "code_reward",
 ) -> Sandbox:
-    """The shared sandbox for these settings, created on first use (started lazily)."""
-    key = (num_workers, limits, allow_network_fallback, python)
+    """The shared sandbox of `owner` for these settings, created on first use (started lazily). Owners never share
+    runners: the Python tool's programs (`owner="python_tool"`, written by the policy mid-answer) never run where
+    the code reward's graded programs, which read hidden test cases, ran."""
+    key = (owner, num_workers, limits, allow_network_fallback, python)
     with _SANDBOXES_LOCK:
         sandbox = _SANDBOXES.get(key)
         if sandbox is None or sandbox._closed:

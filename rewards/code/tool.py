@@ -3,8 +3,9 @@
 The policy writes ```python ... ``` in the middle of an answer; the rollout (`algorithm/rollout/`) cuts generation at
 the closing fence, hands every program of a turn to `PythonTool.run_many` as one batch (the sandbox runs them
 `num_workers` at a time), and appends the observation this module writes: the program's standard output, or the last
-line of its error, or a note that it ran past its time limit, truncated to `output_chars` characters. The programs
-run under exactly the isolation and limits of the `code` reward (`rewards.code.sandbox`, docs/code-rewards.md).
+line of its error, or a note that it ran past its time limit, its control characters stripped and truncated to
+`output_chars` characters. The programs run under exactly the isolation and limits of the `code` reward
+(`rewards.code.sandbox`, docs/code-rewards.md).
 
 `ToolErrorPenalty` is the optional reward that makes an answer whose programs failed cost something
 (`tool_error_penalty`); by default errors cost nothing, as in ToRA and SimpleTIR.
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from drgrpo.core.control_chars import strip_control_characters
 from rewards.code.sandbox import RunResult, Sandbox
 
 OUTPUT_KEEPS = ("head", "tail")
@@ -55,8 +57,12 @@ def observation_of(result: RunResult, limit: int, keep: str = "head", timeout: f
     output it printed followed by the last line of its error, or a time-limit note; then truncated to `limit`.
 
     A sandbox failure (not the program's) reads as one neutral line; it tells the policy nothing of the machine.
+    What the program wrote is read with its control characters stripped (`strip_control_characters`: all of C0 and
+    C1 but newline and tab), before it is truncated, tokenized or logged: one `print` of an escape sequence would
+    otherwise set the title or write the clipboard of whoever reads the completions table in a terminal, and the
+    trainer and the evaluator both read observations from here.
     """
-    stdout = result.stdout.decode("utf-8", errors="replace").rstrip()
+    stdout = strip_control_characters(result.stdout.decode("utf-8", errors="replace")).rstrip()
     if result.status == "ok":
         return ToolResult(truncate_output(stdout, limit, keep), "ok")
     if result.status == "timeout":
@@ -69,7 +75,7 @@ def observation_of(result: RunResult, limit: int, keep: str = "head", timeout: f
         note = "Error: the program printed more than the output limit and was stopped"
         status = "error"
     else:
-        error = last_error_line(result.stderr.decode("utf-8", errors="replace"))
+        error = last_error_line(strip_control_characters(result.stderr.decode("utf-8", errors="replace")))
         if not error:
             error = f"Error: exit code {result.exit_code}" if result.exit_code is not None else "Error: killed"
         note, status = error, "error"

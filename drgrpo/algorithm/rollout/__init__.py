@@ -11,7 +11,8 @@ config (the keys), the trainer (generation, the rewards' text), `drgrpo.run` (TR
 
 Modules, each importing only the ones listed before it:
 - `arguments`: `ToolArguments` (`python_tool`, `tool_*`) and `EngineArguments` (`generation_engine`), with checks;
-- `protocol`: the inline protocol on token ids: where a ```python block closes, the observation's text;
+- `protocol`: the inline protocol on token ids: a turn's text read in context, where its ```python block closes,
+  the observation's text;
 - `loop`: the multi-turn loop over any generator, with the same number of generation calls on every rank;
 - `tool_metrics`: the per-step `diag/tool/` metrics;
 - `sampler`: the one sampler of training and evaluation (per-row seeds, inverse CDF, the sampled log-probs);

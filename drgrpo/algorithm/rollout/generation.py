@@ -2,13 +2,18 @@
 
 - the CPU engine (`generation_engine: auto` on a CPU, drgrpo/algorithm/rollout/engine.py): each row ends at its
   closing fence (`TurnStop.ends_row`), an eos or its budget; each row is seeded by its owner (answer, turn), and a
-  padding row (budget 0) is not generated, so a rank's samples never depend on another rank's open answers; the
-  sampled tokens' log-probs come back for the importance-sampling correction.
-- transformers (TRL's default on one GPU and on CPU): `GRPOTrainer._generate_single_turn`'s regular path, the same
-  calls in the same order (left padding, `unwrap_model_for_generation` with ZeRO-3 gathering, `generate` with TRL's
-  `generation_config`), plus one stopping criterion, `TurnStop`: each row stops at the token that closes its
-  program's fence or at its own token budget. It changes where rows stop, never what is sampled: a turn without code
-  is exactly what TRL would have generated.
+  padding row (budget 0) is not generated, so a rank's samples never depend on another rank's open answers
+  (tests/test_engine_padding_rows.py); the sampled tokens' log-probs come back for the importance-sampling correction.
+- transformers (TRL's default without vLLM on a GPU; `generation_engine: trl` on a CPU):
+  `GRPOTrainer._generate_single_turn`'s regular path, the same calls in the same order (left padding,
+  `unwrap_model_for_generation` with ZeRO-3 gathering, `generate` with TRL's `generation_config`), plus one stopping
+  criterion, `TurnStop`: each row stops at the token that closes its program's fence or at its own token budget. The
+  criterion changes where rows stop, not how tokens are drawn: a turn without code is what TRL's `generate` samples
+  for the same batch. But `generate` draws every row's token from one shared random stream at each step, rows that
+  are done included (a padding row, budget 0, is done at once and still draws), so a row's sample depends on how
+  many rows its call holds: a rank pads its calls to the most open answers of any rank, so with this backend its
+  samples do depend on the other ranks' open answers (reproducible for a given world size, seed and data, not
+  across them).
 - vLLM (colocate or server) and transformers' continuous batching: TRL's `_generate_single_turn`, unchanged. vLLM is
   also given the stop string "```\\n" (with `include_stop_str_in_output`), so a turn usually stops at its fence; the
   loop cuts every row on its ids in any case (`protocol.cut_turn`), so a backend that stops late (or early) still
@@ -23,27 +28,34 @@ from typing import Any
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from drgrpo.algorithm.rollout.protocol import FenceScanner, TokenPieces
+from drgrpo.algorithm.rollout.protocol import TurnReader
 
 VLLM_STOP = "```\n"  # the usual closing fence; a false stop (an untagged block's opening) only pauses the turn
 
 
 class TurnStop(StoppingCriteria):
     """transformers stopping criterion: a row is done at the token completing its ```python block's closing fence,
-    at an eos token, or once it generated its `budget` tokens (budget 0: done at once, a padding row)."""
+    at an eos token, or once it generated its `budget` tokens (budget 0: done at once, a padding row). Each row's turn
+    is read on from the tail of its ids (`rows`: the prompt and the answer so far), as the loop's cut reads it."""
 
-    def __init__(self, pieces: TokenPieces, budgets: Sequence[int], eos_ids: Sequence[int], start: int) -> None:
-        self.pieces = pieces
+    def __init__(
+        self,
+        reader: TurnReader,
+        rows: Sequence[Sequence[int]],
+        budgets: Sequence[int],
+        eos_ids: Sequence[int],
+        start: int,
+    ) -> None:
         self.budgets = list(budgets)
         self.eos = set(eos_ids)
         self.start = start
-        self.scanners = [FenceScanner() for _ in budgets]
+        self.scans = [reader.scan(row) for row in rows]
         self.done = [budget <= 0 for budget in budgets]
 
     def ends_row(self, row: int, token: int) -> bool:
         """Feed `row`'s next token to its fence scanner; True when it completes the closing fence (the engine's
         `stop`: the engine itself checks eos and budgets)."""
-        return self.scanners[row].feed(self.pieces(token))
+        return self.scans[row].feed(token)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         generated = input_ids.shape[1] - self.start
@@ -58,12 +70,12 @@ class TurnStop(StoppingCriteria):
 
 class TrainerTurns:
     """`generate(rows, budgets, owners)` for `loop.run_tool_loop`, with a `GRPOTrainer`'s backend: the CPU engine
-    (rows seeded by their `owners`), vLLM, or transformers (sampling from the trainer's generator state: `owners` is
-    not used)."""
+    (rows seeded by their `owners`), vLLM, or transformers (one random stream for the whole call, padding rows
+    included: `owners` is not used, and a row's sample depends on the call's width)."""
 
-    def __init__(self, trainer: Any, pieces: TokenPieces) -> None:
+    def __init__(self, trainer: Any, reader: TurnReader) -> None:
         self.trainer = trainer
-        self.pieces = pieces
+        self.reader = reader
 
     def __call__(
         self, rows: list[list[int]], budgets: list[int], owners: list | None = None
@@ -71,7 +83,7 @@ class TrainerTurns:
         trainer = self.trainer
         engine = getattr(trainer, "_engine", None)
         if engine is not None:
-            stop = TurnStop(self.pieces, budgets, trainer.eos_token_ids, 0)
+            stop = TurnStop(self.reader, rows, budgets, trainer.eos_token_ids, 0)
             samples = engine.generate(trainer, rows, budgets, owners, stop.ends_row)
             return [(sample.ids, sample.logprobs) for sample in samples]
         if trainer.use_vllm or trainer.use_transformers_continuous_batching:
@@ -103,7 +115,7 @@ class TrainerTurns:
         )
         generate_inputs = Trainer._prepare_inputs(trainer, {"input_ids": padded_ids, "attention_mask": attention_mask})
         prompt_length = generate_inputs["input_ids"].size(1)
-        stop = TurnStop(self.pieces, budgets, trainer.eos_token_ids, prompt_length)
+        stop = TurnStop(self.reader, rows, budgets, trainer.eos_token_ids, prompt_length)
         with (
             profiling_context(trainer, "transformers.generate"),
             unwrap_model_for_generation(

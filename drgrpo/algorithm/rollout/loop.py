@@ -25,8 +25,8 @@ from drgrpo.algorithm.rollout.protocol import (
     EOS,
     FENCE,
     OPEN,
-    FenceScanner,
-    TokenPieces,
+    TurnReader,
+    TurnScan,
     cut_turn,
     has_answer,
     observation_ids,
@@ -68,7 +68,7 @@ class Answer:
     turns: list[Turn] = field(default_factory=list)
     end: str | None = None
     in_code: bool = False  # it ended (budget) inside an open program
-    open_turn: FenceScanner | None = None  # the scan of a turn the generator stopped early, to be continued
+    open_turn: TurnScan | None = None  # the scan of a turn the generator stopped early, to be continued
 
     @property
     def calls(self) -> int:
@@ -149,11 +149,11 @@ def run_tool_loop(
     tool: ToolRunner,
     tokenizer,
     settings: LoopSettings,
-    pieces: TokenPieces | None = None,
+    reader: TurnReader | None = None,
     agree: Callable[[int], int] = lambda count: count,
 ) -> list[Answer]:
     """Every prompt's answer, with its turns. See the module docstring for `generate` and `agree`."""
-    pieces = pieces or TokenPieces(tokenizer)
+    reader = reader or TurnReader(tokenizer)
     answers = [Answer(list(ids)) for ids in prompt_ids]
     while True:
         open_indices = [i for i, answer in enumerate(answers) if answer.end is None]
@@ -172,14 +172,18 @@ def run_tool_loop(
         calls = []
         for answer, budget, (ids, logprobs) in zip(active, budgets[: len(active)], outputs[: len(active)], strict=True):
             extend = answer.open_turn is not None
-            scanner = answer.open_turn or FenceScanner()
-            cut = cut_turn(ids, pieces, settings.eos_ids, budget, scanner)
+            # A new turn reads on from the ids before it (the prompt's or the last observation's tail).
+            scan = answer.open_turn or reader.scan(answer.prompt_ids + answer.ids)
+            read = len(scan.text)
+            cut = cut_turn(ids, scan, settings.eos_ids, budget)
             kept = list(ids[: cut.length])
-            # The turn's text, for the observation's leading newline and the records: read from its pieces, the same
-            # text the scan saw; it is never tokenized again.
-            text = "".join(pieces(int(t)) for t in kept)
+            if cut.reason == OPEN and not kept:
+                scan.finish()  # stalled: the answer ends here
+            # The turn's text, for the observation's leading newline and the records: the text the scan read, in
+            # context (the rewards' decode of these ids); it is never tokenized again.
+            text = scan.text[read:]
             turn = answer.add_turn(kept, logprobs, text, cut.code, extend=extend)
-            answer.open_turn = scanner if cut.reason == OPEN and kept else None
+            answer.open_turn = scan if cut.reason == OPEN and kept else None
             if cut.reason == FENCE:
                 if answer.calls >= settings.max_calls:
                     answer.end = "call_budget"

@@ -20,7 +20,9 @@ def build_python_tool(settings: ToolArguments, code_settings: CodeRewardArgument
     code_settings.check_code_settings()
     limits = replace(sandbox_limits(code_settings), timeout=settings.tool_timeout)
     workers = settings.tool_num_workers or default_num_workers()
-    sandbox = get_sandbox(workers, limits, code_settings.code_allow_network_fallback, code_settings.code_python)
+    fallback, python = code_settings.code_allow_network_fallback, code_settings.code_python
+    # Runners of its own: never the code reward's, whose programs read hidden test cases.
+    sandbox = get_sandbox(workers, limits, fallback, python, owner="python_tool")
     sandbox.start()
     return PythonTool(sandbox, settings.tool_output_chars, settings.tool_output_keep)
 

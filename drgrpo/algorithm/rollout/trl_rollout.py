@@ -7,8 +7,10 @@ loss). So:
 - `completion_ids`: generated ids and observation ids, in order, exactly as the policy saw them;
 - `env_mask`: 1 on generated ids, 0 on observation ids; all 0 for a void answer under `tool_void_answers: mask`;
 - `logprobs`: vLLM's per-token log-probs with 0.0 on observation ids (TRL's convention), or None (transformers);
-- `tool_model_text`: the decoded generated ids alone, which `DrGRPOTrainer._calculate_rewards` gives the rewards
-  instead of the whole text, so an observation never earns reward; `tool_calls`, `tool_errors`: per answer.
+- `tool_model_text` and `tool_model_ids`: the generated ids alone, as text and as ids, which
+  `DrGRPOTrainer._calculate_rewards` gives the rewards as their `completions` and `completion_ids` instead of the
+  whole trajectory, so an observation never earns reward and a length reward counts the policy's tokens only;
+  `tool_calls`, `tool_errors`: per answer.
 It also logs the `diag/tool/` metrics of the batch (all ranks).
 """
 
@@ -22,10 +24,11 @@ import torch
 from drgrpo.algorithm.rollout.arguments import ToolArguments
 from drgrpo.algorithm.rollout.generation import TrainerTurns, add_vllm_stop
 from drgrpo.algorithm.rollout.loop import Answer, LoopSettings, ToolRunner, run_tool_loop
-from drgrpo.algorithm.rollout.protocol import TokenPieces
+from drgrpo.algorithm.rollout.protocol import TurnReader, check_turn_reading
 from drgrpo.algorithm.rollout.tool_metrics import answer_counts, tool_metrics
 
 MODEL_TEXT = "tool_model_text"  # the rollout's column the trainer hands to the rewards as their completions
+MODEL_IDS = "tool_model_ids"  # ... and as their completion_ids
 
 
 def loss_mask(answer: Answer, mask_void: bool, marker: str) -> list[int]:
@@ -52,8 +55,9 @@ def make_rollout_func(settings: ToolArguments, tool: ToolRunner) -> Callable:
     state: dict[str, Any] = {}
 
     def rollout_func(prompts: list, trainer: Any) -> dict[str, list]:
-        if "pieces" not in state:  # first call: the trainer is built
-            state["pieces"] = TokenPieces(trainer._tokenizer)
+        if "reader" not in state:  # first call: the trainer is built
+            check_turn_reading(trainer._tokenizer)  # a tokenizer whose programs would not read as written: refused
+            state["reader"] = TurnReader(trainer._tokenizer)
             if trainer.use_vllm:
                 add_vllm_stop(trainer)
         prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
@@ -64,11 +68,11 @@ def make_rollout_func(settings: ToolArguments, tool: ToolRunner) -> Callable:
         )
         answers = run_tool_loop(
             prompt_ids,
-            TrainerTurns(trainer, state["pieces"]),
+            TrainerTurns(trainer, state["reader"]),
             tool,
             trainer._tokenizer,
             loop_settings,
-            pieces=state["pieces"],
+            reader=state["reader"],
             agree=agree_across_ranks(trainer.accelerator),
         )
         mode = "train" if trainer.model.training else "eval"
@@ -77,12 +81,14 @@ def make_rollout_func(settings: ToolArguments, tool: ToolRunner) -> Callable:
         for name, value in tool_metrics(counts.cpu()).items():
             trainer._metrics[mode][name].append(value)
         logprobs = [a.logprobs for a in answers]
+        model_ids = [a.model_ids() for a in answers]
         return {
             "prompt_ids": [a.prompt_ids for a in answers],
             "completion_ids": [a.ids for a in answers],
             "logprobs": None if any(lp is None for lp in logprobs) else logprobs,
             "env_mask": [loss_mask(a, mask_void, settings.tool_answer_marker) for a in answers],
-            MODEL_TEXT: trainer._tokenizer.batch_decode([a.model_ids() for a in answers], skip_special_tokens=True),
+            MODEL_TEXT: trainer._tokenizer.batch_decode(model_ids, skip_special_tokens=True),
+            MODEL_IDS: model_ids,
             "tool_calls": [a.calls for a in answers],
             "tool_errors": [a.errors for a in answers],
         }
