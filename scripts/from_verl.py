@@ -12,21 +12,55 @@ Prints the recipe (or writes it with -o) and lists on stderr every verl key it c
 same list is in the recipe's header. Writes nothing, and exits 2, when verl itself would refuse the config (batch
 sizes that do not divide, a mini-batch above the batch, one completion per prompt, an estimator that needs a critic)
 or when a key cannot be carried over faithfully (a misspelt or unknown key, a loss or KL with no counterpart here):
-one `error:` line each. --allow_lossy writes the recipe anyway, with those keys listed as not faithful. Check the
-result with `python scripts/plan.py RECIPE`.
+one `error:` line each. --allow_lossy writes the recipe anyway, with those keys listed as not faithful.
+
+Before writing, the recipe goes through `scripts/plan.py`'s checks at the verl world size: a recipe TRL would refuse
+to start (an eval batch of partial groups, vLLM settings that do not fit) is not written, one `error:` line per
+problem with its fix (exit 2); what depends on this machine's files or the GPUs (a model the planner cannot size,
+memory) is a `warning:` line. verl counts save_freq / test_freq / total_training_steps / warm-up in rollouts, a recipe
+in optimizer steps: they are scaled by the optimizer steps per rollout (said in the recipe). Several
+data.train_files become a dataset_mixture without weights (verl concatenates them).
 """
 
 import argparse
+import contextlib
 import sys
+import tempfile
 from pathlib import Path
 
 from drgrpo.core.errors import EXIT_USER_ERROR, run_main
-from drgrpo.recipe.verl import NO_DATA, convert_verl, format_recipe
+from drgrpo.recipe.verl import Conversion, convert_verl, format_recipe
 from drgrpo.recipe.verl_config import read_verl_source
 
 
 def _sentence(text: str) -> str:
     return text if text.endswith((".", "?")) else text + "."
+
+
+# Planner findings about this machine or the GPUs (a model folder not here, memory), not about the converted keys.
+MACHINE_DEPENDENT = {"model_name_or_path", "memory"}
+
+
+def plan_problems(text: str, conversion: Conversion) -> tuple[list[str], list[str]]:
+    """`scripts/plan.py`'s errors for the converted recipe at verl's world size: (refusals, warnings), one line each
+    with its fix. A recipe without data or model is planned with stand-ins for them (its header says it has none)."""
+    overrides = ["--dataset_path", "stand-in.jsonl"] if conversion.no_data else []
+    no_model = "model_name_or_path" not in conversion.recipe
+    overrides += ["--model_name_or_path", "stand-in"] if no_model else []
+    # stdout may be the recipe: what torch, TRL and transformers print while loading goes to stderr.
+    with tempfile.TemporaryDirectory() as folder, contextlib.redirect_stdout(sys.stderr):
+        from drgrpo.planning import plan_recipe  # torch and TRL: only once the conversion itself has passed
+
+        recipe = Path(folder) / "converted.yaml"
+        recipe.write_text(text)
+        report = plan_recipe(recipe, num_processes=conversion.world_size, overrides=overrides)
+    refusals, warnings = [], []
+    for finding in report.errors:
+        if no_model and finding.key == "model_name_or_path":
+            continue  # the stand-in's; the missing model itself is a warning of main()
+        line = f"[{finding.key}] {finding.message} Fix: {finding.fix}"
+        (warnings if finding.key in MACHINE_DEPENDENT else refusals).append(line)
+    return refusals, warnings
 
 
 def main() -> int:
@@ -70,6 +104,16 @@ def main() -> int:
     if source.from_script:
         print(f"expanded the script's own variables: {', '.join(sorted(source.from_script))}", file=sys.stderr)
     text = format_recipe(conversion, args.config)
+    refusals, plan_warnings = plan_problems(text, conversion)
+    if refusals:
+        for line in refusals:
+            print(f"error: {args.config}: the recipe would not start: {line}", file=sys.stderr)
+        print(
+            "nothing written: scripts/plan.py refuses the converted recipe at verl's world size "
+            f"{conversion.world_size}; change the verl config as each fix says (in verl's keys) and convert again.",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {args.output} ({len(conversion.recipe)} keys)", file=sys.stderr)
@@ -77,8 +121,16 @@ def main() -> int:
         print(text, end="")
     for key, why in sorted(conversion.lossy.items()):
         print(f"warning: not faithful (--allow_lossy): {key}: {why}", file=sys.stderr)
-    if "dataset_path" not in conversion.recipe:
-        print(f"warning: no dataset: {NO_DATA}.", file=sys.stderr)
+    if conversion.no_data:
+        print(f"warning: no dataset: {conversion.no_data}.", file=sys.stderr)
+    if "model_name_or_path" not in conversion.recipe:
+        print(
+            "warning: no model: the verl config sets no actor_rollout_ref.model.path; set model_name_or_path in the "
+            "recipe before training.",
+            file=sys.stderr,
+        )
+    for line in plan_warnings:
+        print(f"warning: scripts/plan.py (check on the training machine): {line}", file=sys.stderr)
     for key, reason in sorted(conversion.unmapped.items()):
         print(f"not carried over: {key}: {reason}", file=sys.stderr)
     return 0

@@ -51,7 +51,7 @@ EXPECTED = {
     "bf16": True,
     "gradient_checkpointing": True,
     "save_strategy": "steps",
-    "save_steps": 50,
+    "save_steps": 400,  # verl saves every 50 rollouts (trainer.save_freq) of 8 optimizer steps each
     "eval_strategy": "no",
     "report_to": "wandb",
     "run_name": "qwen2.5-math-1.5b-drgrpo-verl",
@@ -139,7 +139,9 @@ trainer: {n_gpus_per_node: 4, nnodes: 2, save_freq: -1}
     # What the recipe cannot keep is refused (lossy), infrastructure is only listed (unmapped).
     assert "loss_type" not in recipe and "seq-mean-token-sum" in lossy["actor_rollout_ref.actor.loss_agg_mode"]
     assert "adaptive" in lossy["algorithm.kl_ctrl.type"]
-    assert "dataset_mixture" in lossy["data.train_files"]
+    # verl concatenates the train files: a mixture without weights does too.
+    assert recipe["dataset_mixture"] == [{"dataset_path": "a.parquet"}, {"dataset_path": "b.parquet"}]
+    assert "data.train_files" not in lossy and conversion.no_data is None
     assert "cannot resolve" in lossy["actor_rollout_ref.actor.optim.lr"] and "learning_rate" not in recipe
     assert "sglang" in unmapped["actor_rollout_ref.rollout.name"]
     assert "defaults" not in unmapped and "defaults" not in lossy

@@ -5,7 +5,9 @@ Every script's entry point runs through `run_main`. An exception that is a *user
     error: <message>
     (the full traceback: rerun with --traceback, or set DRGRPO_DEBUG=1)
 
-and exits with status 2; anything else is a bug and keeps its traceback. A user error is
+and exits with status 2; anything else is a bug and keeps its traceback. A *usage error* (`UsageError`: a wrong
+key or value on the command line or in a recipe, which the message alone lets the user fix) prints the first line
+only. A user error is
 
 - a `RecipeError` (or one of its subclasses below), raised for a mistake in a recipe, a command line or an input file;
 - a `ValueError` or `FileNotFoundError` raised by the project's own code (`drgrpo/`, `rewards/`, `scripts/`): the
@@ -35,6 +37,13 @@ class RecipeError(ValueError):
     """A mistake in a recipe, a command line or an input file; the message names the key/file/value and the fix."""
 
 
+class UsageError(RecipeError):
+    """A wrong key or value on the command line or in a recipe (an unknown or duplicate key, a value of the wrong
+    type, an unwritable output_dir): the message is the whole story, so no traceback hint follows it."""
+
+    traceback_hint = False
+
+
 class RecipeFileNotFoundError(RecipeError, FileNotFoundError):
     """A file the recipe or command line names does not exist."""
 
@@ -57,8 +66,10 @@ def is_user_error(error: BaseException) -> bool:
 
 
 def format_user_error(error: BaseException) -> str:
-    """The two lines printed for a user error."""
+    """The lines printed for a user error: the message, then (except for a `UsageError`) the traceback hint."""
     message = str(error).strip() or type(error).__name__
+    if not getattr(error, "traceback_hint", True):
+        return f"error: {message}"
     return f"error: {message}\n(the full traceback: rerun with {TRACEBACK_FLAG}, or set {DEBUG_ENV}=1)"
 
 

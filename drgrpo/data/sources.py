@@ -58,7 +58,9 @@ def data_sources(args: DataArguments) -> list[DataSource]:
     if args.dataset_mixture is None:
         if args.dataset_name and args.dataset_path:
             raise ValueError(
-                "The recipe sets both dataset_name and dataset_path; keep one (or list both in dataset_mixture)."
+                f"The recipe sets both dataset_name ({args.dataset_name!r}) and dataset_path ({args.dataset_path!r}); "
+                "keep one (on the command line `--dataset_name null` or `--dataset_path null` unsets the recipe's), "
+                "or list both in dataset_mixture."
             )
         if not args.dataset_name and not args.dataset_path:
             raise ValueError(

@@ -201,17 +201,13 @@ _TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs", "e
 
 def _recipe_settings(recipe: str | Path | None) -> dict:
     """Every key of a training recipe YAML ({} without one)."""
-    import yaml
+    from drgrpo.recipe.file import read_recipe  # bad YAML, a key written twice, not a mapping: one line
 
     if recipe is None:
         return {}
-    path = Path(recipe)
-    if not path.is_file():
-        raise FileNotFoundError(f"recipe {str(path)!r} not found.")
-    settings = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(settings, dict):
-        raise ValueError(f"recipe {str(path)!r} must be a YAML mapping of key: value.")
-    return settings
+    if not Path(recipe).is_file():
+        raise FileNotFoundError(f"recipe {str(recipe)!r} not found.")
+    return read_recipe(recipe)
 
 
 def recipe_prompt_settings(recipe: str | Path) -> dict:

@@ -33,13 +33,19 @@ def _number(logs: Mapping[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def step_line(logs: Mapping[str, Any], step: int, max_steps: int | None = None) -> str:
+def step_line(logs: Mapping[str, Any], step: int, max_steps: int | None = None, first_step: int = 0) -> str:
     """The one-line summary of a training log entry (`eval_`-prefixed keys for an evaluation's); metrics a run does
-    not log are left out. The end-of-training entry (`train_runtime`) becomes the run's total time."""
+    not log are left out. The end-of-training entry (`train_runtime`) becomes this invocation's steps and time:
+    `first_step` is the step it started from (a resumed run's checkpoint), so its steps are `step - first_step`."""
     if "train_runtime" in logs:
-        seconds = float(logs["train_runtime"])
-        per_step = f" ({seconds / step:.1f} s/step)" if step else ""
-        return f"trained {step} steps in {seconds:.1f} s{per_step}; every step's metrics: {LOG_FILE} in output_dir"
+        seconds, trained = float(logs["train_runtime"]), step - first_step
+        per_step = f" ({seconds / trained:.1f} s/step)" if trained > 0 else ""
+        total = f" (resumed at step {first_step}: {step} in all)" if first_step else ""
+        return (
+            f"trained {trained} step{'' if trained == 1 else 's'}{total} in {seconds:.1f} s{per_step}; every step's "
+            f"metrics: {LOG_FILE} in "
+            "output_dir"
+        )
     prefix = "eval_" if any(key.startswith("eval_") for key in logs) else ""
     get = lambda key: _number(logs, prefix + key)  # noqa: E731
     parts = [("eval at step " if prefix else "step ") + (f"{step}/{max_steps}" if max_steps else str(step))]
@@ -68,7 +74,10 @@ class _LogFile:
     """`output_dir/log_history.jsonl`, kept equal to the run's log history: rows after the step a run starts from
     (0, or its checkpoint's step on resume) are dropped at the start, so a resumed run never repeats a step."""
 
+    first_step = 0
+
     def start(self, args, state) -> None:
+        self.first_step = state.global_step  # the step this invocation starts from (a resumed checkpoint's)
         path = Path(args.output_dir) / LOG_FILE
         kept = []
         if path.is_file() and state.global_step > 0:
@@ -104,7 +113,7 @@ class StepLineCallback(ProgressCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
             self.log_file.append(args, state, logs)
-            line = step_line(logs, state.global_step, state.max_steps)
+            line = step_line(logs, state.global_step, state.max_steps, self.log_file.first_step)
             if self.training_bar is not None:
                 self.training_bar.write(line)
             else:
@@ -124,7 +133,7 @@ class StepLinePrinter(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
             self.log_file.append(args, state, logs)
-            print(step_line(logs, state.global_step, state.max_steps), flush=True)
+            print(step_line(logs, state.global_step, state.max_steps, self.log_file.first_step), flush=True)
 
 
 def use_step_lines(trainer) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from drgrpo.planning.activations import training_activations
-from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
+from drgrpo.planning.batch import BatchPlan, batch_plan
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.family_cost import DynamicSamplingPlan, dynamic_sampling_plan, family_findings
 from drgrpo.planning.findings import Finding
@@ -25,7 +25,7 @@ from drgrpo.planning.model_size import (
     with_defaults,
 )
 from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, reference_findings
-from drgrpo.recipe.batch_rules import keep_schedule_fix
+from drgrpo.recipe.batch_rules import eval_batch_problem, keep_schedule_fix
 from drgrpo.recipe.file import read_header
 from drgrpo.recipe.preflight import parse_for_planning, recipe_values
 from drgrpo.run.precision import needs_master_weights
@@ -128,19 +128,9 @@ def plan_recipe(
     findings.extend(_reference_findings(report, header["reproduces"]))
     if args.eval_strategy != "no":
         eval_generations = batch["num_generations_eval"] or batch["num_generations"]
-        eval_batch = batch["per_device_eval_batch_size"] * setup.world_size
-        if eval_batch % eval_generations:
-            findings.append(
-                Finding(
-                    "error",
-                    "per_device_eval_batch_size",
-                    f"The eval batch ({batch['per_device_eval_batch_size']} x {setup.world_size} processes = "
-                    f"{eval_batch}) "
-                    f"is not a multiple of {eval_generations} generations per prompt; TRL refuses to start.",
-                    "set per_device_eval_batch_size to a multiple of "
-                    f"{per_device_multiple(eval_generations, setup.world_size)}.",
-                )
-            )
+        problem = eval_batch_problem(batch["per_device_eval_batch_size"], setup.world_size, eval_generations)
+        if problem is not None:
+            findings.append(Finding("error", "per_device_eval_batch_size", *problem))
 
     config, source = load_model_config(model_args.model_name_or_path)
     if config is not None and config.get("model_type") in LLAMA_LAYOUT_TYPES:

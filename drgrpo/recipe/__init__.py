@@ -13,5 +13,7 @@ Modules, each importing only the ones listed before it:
 - `preflight`: a recipe parsed for any target world size (`--explain`, `--show_prompts`, the planner);
 - `launch_script`: a verl launch script's words as bash passes them (variables and `$((...))` expanded);
 - `verl_config`: a verl config file as verl reads it, verl's keys and defaults, and verl's own checks;
+- `verl_recipe`: the converted recipe, and the keys verl counts differently (data files, save/test frequency,
+  eval batch, Dr.GRPO opt-ins);
 - `verl`: a verl PPO-trainer config converted into a recipe.
 """

@@ -311,3 +311,32 @@ def context_fix(max_prompt_tokens: int, max_completion_length: int, limit: int) 
         f"{limit} tokens alone, so changing one of them cannot fit; lower both so that they sum to at most {limit} "
         f"(e.g. max_prompt_tokens {prompt} and max_completion_length {limit - prompt})"
     )
+
+
+def eval_batch_multiple(num_generations: int, world_size: int) -> int:
+    """The smallest per_device_eval_batch_size whose eval batch (x world size) holds whole groups of
+    `num_generations`: G / gcd(G, world size); every valid value is a multiple of it."""
+    return num_generations // math.gcd(num_generations, world_size)
+
+
+def whole_group_eval_batch(num_generations: int, world_size: int, at_least: int = 8) -> int:
+    """A per_device_eval_batch_size TRL starts with: the smallest multiple of `eval_batch_multiple` that is at least
+    `at_least` (transformers' default 8)."""
+    multiple = eval_batch_multiple(num_generations, world_size)
+    return multiple * math.ceil(at_least / multiple)
+
+
+def eval_batch_problem(per_device_eval: int, world_size: int, num_generations: int) -> tuple[str, str] | None:
+    """TRL's eval rule (`GRPOConfig.__post_init__`: the global eval batch must be divisible by the eval group size)
+    as (problem, fix) in the recipe's keys; None when it holds. `num_generations`: num_generations_eval, else
+    num_generations. The planner, `--explain` and the verl converter all check it here."""
+    eval_batch = per_device_eval * world_size
+    if eval_batch % num_generations == 0:
+        return None
+    multiple = eval_batch_multiple(num_generations, world_size)
+    return (
+        f"The eval batch ({per_device_eval} x {world_size} processes = {eval_batch}) is not a multiple of "
+        f"{num_generations} generations per prompt; TRL refuses to start (eval_strategy is on).",
+        f"set per_device_eval_batch_size to a multiple of {multiple} "
+        f"(e.g. {whole_group_eval_batch(num_generations, world_size)}).",
+    )

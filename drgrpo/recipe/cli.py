@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drgrpo.core.errors import RecipeError
+from drgrpo.core.errors import RecipeError, UsageError
 from drgrpo.recipe.file import command_line_values, read_recipe, recipe_argv, recipe_path
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 HELP_ALL = "--help-all"
+# A command-line value that unsets an optional key (YAML's spellings of null, and Python's): `--dataset_path null`.
+NULL_VALUES = frozenset({"null", "Null", "NULL", "~", "None"})  # not "none": a value of report_to, scale_rewards
 TRAIN_USAGE = "python scripts/train.py RECIPE.yaml [--key value ...]"
 GRADIENT_CHECKPOINTING_DEPRECATION = r"`gradient_checkpointing(_kwargs)?` is deprecated"
 # Checks that only inspect a recipe (--show_prompts) run on a CPU login node for any target world size: TRL checks
@@ -67,7 +69,7 @@ def _known_keys(parser: RecipeParser) -> set[str]:
 def _unknown_key_error(key: str, known: set[str], where: str) -> RecipeError:
     close = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    return RecipeError(f"Unknown key {key!r} in {where}.{hint} Run `python scripts/train.py --help` for all keys.")
+    return UsageError(f"Unknown key {key!r} in {where}.{hint} Run `python scripts/train.py --help` for all keys.")
 
 
 def check_keys(parser: RecipeParser, argv: Sequence[str], recipe: dict[str, Any] | None = None) -> None:
@@ -99,10 +101,59 @@ def require_recipe(argv: Sequence[str]) -> None:
     """A `RecipeError` with the usage when the command line names no recipe file (`--help` needs none)."""
     if {"-h", "--help", HELP_ALL} & set(argv) or recipe_path(recipe_argv(argv)) is not None:
         return
-    raise RecipeError(
+    raise UsageError(
         f"No recipe given. Usage: {TRAIN_USAGE} (the shipped recipes are recipes/*.yaml, e.g. "
         "recipes/tiny_drgrpo.yaml; `--help` lists the keys)."
     )
+
+
+def optional_keys() -> set[str]:
+    """The keys whose type admits None (`X | None`): the ones `--key null` may unset."""
+    from typing import get_args, get_type_hints
+
+    from trl import ModelConfig
+
+    from drgrpo.algorithm.config import DrGRPOConfig
+    from drgrpo.run.arguments import ScriptArguments
+
+    return {
+        key
+        for cls in (ScriptArguments, DrGRPOConfig, ModelConfig)
+        for key, hint in get_type_hints(cls).items()
+        if type(None) in get_args(hint)
+    }
+
+
+def unset_keys(overrides: dict[str, Any]) -> list[str]:
+    """The keys the command line unsets (`--key null`, `None` or `~`); a `UsageError` for a key that cannot be
+    unset (its type has no None: it always has a value)."""
+    keys = [key for key, raw in overrides.items() if isinstance(raw, str) and raw in NULL_VALUES]
+    if keys:
+        optional = optional_keys()
+        for key in keys:
+            if key not in optional:
+                raise UsageError(
+                    f"command line: --{key} {overrides[key]}: {key} cannot be unset, it always has a value; give "
+                    f"one (`python scripts/train.py --help` lists its type and default), or leave --{key} out to "
+                    "keep the recipe's."
+                )
+    return keys
+
+
+def drop_keys(argv: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """`argv` without the `--key VALUE` / `--key=VALUE` tokens of `keys` (one value each)."""
+    out: list[str] = []
+    skip_value = False
+    for token in argv:
+        if skip_value:
+            skip_value = False
+            continue
+        name, has_value, _ = token[2:].partition("=") if token.startswith("--") else ("", False, "")
+        if name.replace("-", "_") in keys:
+            skip_value = not has_value
+            continue
+        out.append(token)
+    return out
 
 
 def _print_help_and_exit(argv: Sequence[str]) -> None:
@@ -124,6 +175,9 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
     # The command line's values as single strings (lists for several, True for a bare flag), over the recipe's.
     overrides = {key: raw[0] if len(raw) == 1 else (raw or True) for key, raw in command_line_values(argv).items()}
     overrides.pop("config", None)
+    # `--key null` unsets an optional key (the recipe's value too), as `key: null` does in the file.
+    unset = unset_keys(overrides)
+    overrides.update(dict.fromkeys(unset))
     values = {**recipe, **overrides}
 
     from drgrpo.algorithm.schedule_keys import check_schedule_values
@@ -133,12 +187,15 @@ def parse_recipe(argv: Sequence[str], *, preflight: bool = False) -> tuple[Scrip
     parser = make_parser()
     check_keys(parser, argv, recipe)
     check_values(parser, recipe, f"recipe {path}")
-    check_values(parser, {key: raw for key, raw in overrides.items() if raw is not True}, "command line")
+    check_values(parser, {key: raw for key, raw in overrides.items() if raw not in (True, None)}, "command line")
     # Zero, negative or fractional schedule keys: refused here, before the preflight stand-ins below replace them.
     where = f"recipe {path}" if path else "command line"
     check_schedule_values(values, where, dict.fromkeys(overrides, "command line"))
     if preflight:
         argv = [*argv, *preflight_overrides(values)]
+    if unset:  # argparse cannot parse None: the keys leave the command line and become None after the recipe's
+        argv = drop_keys(argv, unset)
+        parser.unset_keys = tuple(unset)
     try:
         with warnings.catch_warnings():
             # TRL 1.16's GRPOConfig defaults `gradient_checkpointing` to True, so transformers warns that the name is

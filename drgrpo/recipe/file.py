@@ -1,7 +1,8 @@
 """The cheap checks of a recipe command line, run before torch/TRL are imported (which takes 10 s or more).
 
-A missing recipe file, a YAML syntax error or a recipe that is not a `key: value` mapping is reported at once, as
-a `RecipeError` naming the file and the fix. Imports only the standard library and PyYAML.
+A missing recipe file, a YAML syntax error, a key written twice (YAML would keep the last one silently) or a recipe
+that is not a `key: value` mapping is reported at once, as a `RecipeError` naming the file, the line and the fix.
+Imports only the standard library and PyYAML.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from drgrpo.core.errors import RecipeError, RecipeFileNotFoundError
+from drgrpo.core.errors import RecipeError, RecipeFileNotFoundError, UsageError
 
 RECIPE_SUFFIXES = (".yaml", ".yml")
 # A recipe's leading comment block states its target: "World size: 8 GPUs, DeepSpeed ZeRO-3", and for a paper
@@ -24,6 +25,36 @@ WORLD_SIZE_PATTERN = re.compile(r"world size:\s*(\d+)", re.IGNORECASE)
 ZERO_STAGE_PATTERN = re.compile(r"\bZeRO-?([0-3])\b")
 REPRODUCTION_PATTERN = re.compile(r"paper reproduction:\s*([A-Za-z0-9][\w.\-]*[\w])", re.IGNORECASE)
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+
+
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping key written twice in one YAML mapping."""
+
+
+class RecipeLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` that refuses a mapping key written twice (PyYAML keeps the last one without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key in first_lines:
+                raise DuplicateKeyError(
+                    None,
+                    None,
+                    f"key {key!r} is set twice (first on line {first_lines[key]}); YAML would silently keep the last "
+                    "value: delete one of the two lines",
+                    key_node.start_mark,
+                )
+            first_lines[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load` with `RecipeLoader`: a key written twice is a `yaml.YAMLError` naming it and its lines."""
+    return yaml.load(text, Loader=RecipeLoader)  # RecipeLoader is a SafeLoader
 
 
 def recipe_argv(argv: Sequence[str]) -> list[str]:
@@ -61,12 +92,14 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
         where = "is a folder, not a file" if file.is_dir() else f"not found (from {Path.cwd()})"
         raise RecipeFileNotFoundError(f"Recipe file {str(path)!r} {where}. {_missing_file_hint(str(path))}")
     try:
-        recipe = yaml.safe_load(file.read_text())
+        recipe = load_yaml(file.read_text())
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise RecipeError(
+        if isinstance(error, DuplicateKeyError):
+            raise UsageError(f"Recipe file {str(path)!r}{line}: {problem}.") from error
+        raise UsageError(
             f"Recipe file {str(path)!r}{line}: not valid YAML ({problem}). Each line is `key: value`."
         ) from error
     if recipe is None:

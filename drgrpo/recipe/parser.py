@@ -26,7 +26,7 @@ from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
 from drgrpo.algorithm.rollout.arguments import EngineArguments, ToolArguments
 from drgrpo.algorithm.step_speed import StepSpeedArguments
-from drgrpo.core.errors import RecipeError
+from drgrpo.core.errors import UsageError
 from drgrpo.data import DataArguments
 from drgrpo.observe.diagnostics import DiagnosticsArguments
 from drgrpo.run.arguments import ScriptArguments
@@ -125,6 +125,7 @@ class RecipeParser(TrlParser):
 
     def __init__(self, dataclass_types: tuple[type, ...], *, help_all: bool = False) -> None:
         self.help_all = help_all
+        self.unset_keys: tuple[str, ...] = ()  # `--key null` on the command line: None over the recipe's value
         self._key_groups: dict[str, argparse._ArgumentGroup] = {}
         epilog = None if help_all else "Most TRL and transformers keys are hidden here: --help-all lists every key."
         super().__init__(
@@ -152,8 +153,12 @@ class RecipeParser(TrlParser):
                 if hidden or action.option_strings[0].startswith("--no_"):
                     action.help = argparse.SUPPRESS
 
+    def set_defaults_with_config(self, **kwargs: Any) -> list[str]:
+        """TRL's recipe values as defaults, then None for the keys the command line unsets (`unset_keys`)."""
+        return super().set_defaults_with_config(**{**kwargs, **dict.fromkeys(self.unset_keys)})
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise RecipeError(f"command line: {message}. `python scripts/train.py --help` lists the keys and their types.")
+        raise UsageError(f"command line: {message}. `python scripts/train.py --help` lists the keys and their types.")
 
 
 def make_parser(*, help_all: bool = False) -> RecipeParser:
@@ -211,7 +216,7 @@ def check_value(key: str, value: Any, action: argparse.Action, where: str) -> No
         if not _fits(item, action):
             default = f" (default: {action.default})" if action.default not in (None, argparse.SUPPRESS) else ""
             fix = f"fix it in the recipe, or override it with --{key} VALUE" if where.startswith("recipe") else ""
-            raise RecipeError(
+            raise UsageError(
                 f"{where}: {key}: {item!r} is not {expected}. {key} takes {expected}{default}"
                 + (f"; {fix}." if fix else ".")
             )

@@ -17,13 +17,14 @@ from typing import Any
 import yaml
 
 from drgrpo.core.errors import RecipeError
+from drgrpo.recipe.batch_rules import eval_batch_problem
 from drgrpo.recipe.cli import BATCH_KEYS, parse_recipe, require_recipe
-from drgrpo.recipe.file import read_header, recipe_argv, recipe_path
+from drgrpo.recipe.file import read_header, read_recipe, recipe_argv, recipe_path
 
 
 def recipe_values(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The values the recipe file sets, updated by `--key value` / `--key=value` command-line overrides."""
-    values = dict(yaml.safe_load(Path(path).read_text()) or {})
+    values = dict(read_recipe(path))  # a key written twice is refused here too
     tokens = list(overrides)
     index = 0
     while index < len(tokens):
@@ -85,9 +86,15 @@ def explain_recipe(argv: Sequence[str]) -> str:
     # Training checks the batch rules at its own world size; the pre-flight parse above used stand-ins, so check the
     # recipe's own values here at its target (the header's world size, else WORLD_SIZE, else 1).
     world_size = read_header(path)["world_size"] or int(os.environ.get("WORLD_SIZE", "1"))
-    error = batch_rule_error(batch, world_size, f"recipe {path} at world size {world_size}")
+    where = f"recipe {path} at world size {world_size}"
+    error = batch_rule_error(batch, world_size, where)
     if error is not None:
         raise error
+    if training_args.eval_strategy != "no":  # TRL's eval rule, as the planner checks it (scripts/plan.py)
+        generations = int(batch["num_generations_eval"] or batch["num_generations"])
+        problem = eval_batch_problem(int(batch["per_device_eval_batch_size"]), world_size, generations)
+        if problem is not None:
+            raise RecipeError(f"{where}: {problem[0]} Fix: {problem[1]}")
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
         setattr(training_args, key, int(batch[key]))
     training_args.steps_per_generation = recipe_steps_per_generation(batch, world_size)

@@ -9,13 +9,13 @@ kinds, none dropped silently:
 - `lossy`: keys whose meaning the recipe cannot keep (an unknown or misspelt key, a loss or KL without a TRL
   counterpart, a value left as an unresolved interpolation): refused unless `--allow_lossy`, then listed as such;
 - `unmapped`: infrastructure settings with no effect on what is trained (FSDP, worker batching): listed.
-`scripts/from_verl.py` is the command line around it; `drgrpo.recipe.verl_config` reads verl's files and holds
-its keys and checks.
+`scripts/from_verl.py` is the command line around it (it runs the planner's checks before writing);
+`drgrpo.recipe.verl_config` reads verl's files and holds its keys and checks; `drgrpo.recipe.verl_recipe` holds the
+`Conversion` and the keys verl counts differently (per-rollout frequencies, data files, eval batch, Dr.GRPO opt-ins).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -35,6 +35,17 @@ from drgrpo.recipe.verl_config import (
     unknown_key_reason,
     value_problems,
 )
+from drgrpo.recipe.verl_recipe import (
+    NO_DATA,
+    Conversion,
+    data_files,
+    dr_grpo_opt_ins,
+    eval_batch,
+    per_rollout_counts,
+    set_frequency,
+)
+
+__all__ = ["NO_DATA", "Conversion", "convert_verl", "format_recipe"]
 
 # verl algorithm.kl_penalty / actor.kl_loss_type names -> our kl_estimator (drgrpo/algorithm/kl.py); verl spells k1 "kl"
 # and k2 "mse" as well.
@@ -117,14 +128,11 @@ INFRASTRUCTURE = {
     "data.filter_overlong_prompts": "max_prompt_tokens (from data.max_prompt_length) already drops longer prompts",
     "data.truncation": "max_prompt_tokens drops, never truncates, a longer prompt",
 }
-NO_DATA = (
-    "the verl config sets no data.train_files, so the recipe has no dataset_path: set it (or dataset_name / "
-    "dataset_mixture) before training; plan.py and --explain refuse the recipe until then"
-)
 # Order of the keys in the written recipe: model, data, rewards, algorithm, batch, optimiser, generation, logging.
 ORDER = (
-    "model_name_or_path", "dataset_path", "dataset_test_path", "prompt_column", "max_prompt_tokens", "reward_funcs",
-    "reward_weights", "overlong_buffer_length", "dr_grpo", "scale_rewards", "loss_type", "beta",
+    "model_name_or_path", "dataset_path", "dataset_mixture", "dataset_test_path", "prompt_column",
+    "max_prompt_tokens", "reward_funcs", "reward_weights", "overlong_buffer_length", "dr_grpo", "dr_grpo_allow",
+    "scale_rewards", "loss_type", "beta",
     "advantage_estimator", "advantage_std_ddof", "advantage_epsilon", "kl_in_reward_coef", "kl_estimator",
     "dynamic_sampling", "dynamic_sampling_max_rounds", "dynamic_sampling_exhausted", "epsilon", "epsilon_high",
     "num_iterations",
@@ -134,32 +142,9 @@ ORDER = (
     "max_steps", "max_completion_length", "temperature", "top_p", "top_k", "use_vllm", "vllm_mode",
     "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_importance_sampling_correction", "bf16",
     "gradient_checkpointing", "output_dir",
-    "save_strategy", "save_steps", "eval_strategy", "eval_steps", "report_to", "run_name",
+    "save_strategy", "save_steps", "eval_strategy", "eval_steps", "per_device_eval_batch_size", "report_to",
+    "run_name",
 )  # fmt: skip
-
-
-@dataclass
-class Conversion:
-    """A converted recipe: its keys (with the verl keys each came from), and what could not be carried over: what
-    verl refuses (`invalid`), what the recipe cannot keep (`lossy`), infrastructure (`unmapped`), with reasons."""
-
-    recipe: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
-    unmapped: dict[str, str] = field(default_factory=dict)
-    lossy: dict[str, str] = field(default_factory=dict)
-    invalid: list[str] = field(default_factory=list)
-    unset: dict[str, list[str]] = field(default_factory=dict)  # shell variable -> the keys that need it (refused)
-    notes: list[str] = field(default_factory=list)
-    expanded: dict[str, str] = field(default_factory=dict)  # environment variables a launch script's values used
-    world_size: int | None = None
-    given: set[str] = field(default_factory=set, repr=False)  # the keys the verl config sets (the rest: defaults)
-
-    def source(self, key: str) -> str:
-        return key if key in self.given else f"{key} (verl's default)"
-
-    def set(self, key: str, value: Any, source: str) -> None:
-        self.recipe[key] = value
-        self.sources[key] = source
 
 
 def convert_verl(flat: dict[str, Any], *, source: str = "verl config") -> Conversion:
@@ -248,6 +233,9 @@ def convert_verl(flat: dict[str, Any], *, source: str = "verl config") -> Conver
             out.recipe.pop(key)
             out.sources.pop(key)
         out.set("dr_grpo", True, sources)
+    dr_grpo_opt_ins(out)  # a verl run's entropy bonus under Dr.GRPO: kept with dr_grpo_allow
+    per_rollout_counts(out)  # verl counts rollouts, a recipe optimizer steps
+    eval_batch(out)
     # Whatever the verl values, the recipe's schedule keys are in range (the checks above make this hold).
     check_schedule_values(out.recipe, f"the recipe converted from {source}")
     return out
@@ -347,8 +335,9 @@ def _batch(config: dict[str, Any], out: Conversion) -> None:
             f"{rollout_prompts} prompts per rollout are not a whole number of updates of {update_prompts} "
             "(ppo_mini_batch_size): verl's last update is smaller, a recipe's optimizer steps are all one size"
         )
+    updates = rollout_prompts // update_prompts
+    out.steps_per_rollout = updates * int(config.get(ACTOR + "ppo_epochs", 1))
     if rollout_prompts != update_prompts:
-        updates = rollout_prompts // update_prompts
         out.set("steps_per_generation", updates * accumulation, "data.train_batch_size / ppo_mini_batch_size")
     for key in defaults:
         out.notes.append(f"{key} is not set: verl's default {VERL_DEFAULTS[key]} is used")
@@ -392,35 +381,16 @@ def _schedule(config: dict[str, Any], out: Conversion) -> None:
         out.lossy[ACTOR + "optim.betas"] = f"{betas!r}: two numbers expected"
 
 
-def _set_frequency(out: Conversion, config: dict[str, Any], verl_key: str, prefix: str) -> None:
-    """verl's `trainer.save_freq` / `trainer.test_freq` (every N steps, <= 0 never) as TRL's `{prefix}_strategy` and
-    `{prefix}_steps`."""
-    every, source = config[verl_key], out.source(verl_key)
-    if every > 0:
-        out.set(f"{prefix}_strategy", "steps", source)
-        out.set(f"{prefix}_steps", int(every), source)
-    else:
-        out.set(f"{prefix}_strategy", "no", source)
-
-
 def _data_and_logging(config: dict[str, Any], out: Conversion) -> None:
     get = config.get
-    for key, target in (("data.train_files", "dataset_path"), ("data.val_files", "dataset_test_path")):
-        files = get(key)
-        if files is None:
-            continue
-        files = files if isinstance(files, list) else [files]
-        if len(files) == 1:
-            out.set(target, files[0], key)
-        else:
-            out.lossy[key] = f"{len(files)} files: use dataset_mixture (one entry per file) or one folder"
+    data_files(config, out)
     if "data.train_files" in config:
         out.notes.append(
             "verl's parquet keeps the gold answer in reward_model.ground_truth and the prompt as chat messages: "
             "flatten them to a question column (prompt_column) and an answer column (answer_column) first"
         )
-    _set_frequency(out, config, "trainer.save_freq", "save")
-    _set_frequency(out, config, "trainer.test_freq", "eval")
+    set_frequency(config, out, "trainer.save_freq", "save")
+    set_frequency(config, out, "trainer.test_freq", "eval")
     loggers = get("trainer.logger")
     if loggers is not None:
         loggers = loggers if isinstance(loggers, list) else [loggers]
@@ -443,8 +413,8 @@ def format_recipe(conversion: Conversion, source: str) -> str:
         "# (in place of verl's FSDP): accelerate launch --config_file accelerate_configs/zero3.yaml scripts/train.py "
         "RECIPE",
     ]
-    if "dataset_path" not in conversion.recipe:
-        lines.append(f"# NO DATASET: {NO_DATA}")
+    if conversion.no_data:
+        lines.append(f"# NO DATASET: {conversion.no_data}")
     if conversion.expanded:
         lines.append(
             "# Shell variables expanded from the environment when converted (as bash would): "

@@ -5,7 +5,7 @@ May import: everything below it (`drgrpo.core`, `rewards`, `drgrpo.data`, `drgrp
 Modules, each importing only the ones listed before it:
 - `output_guard`: `OutputDirArguments`; an output directory that holds another configuration's model is refused;
 - `arguments`: `ScriptArguments`, what a run needs beside the trainer config: data, rewards, output directory;
-- `resume`: what a run can resume from, said at start-up and on Ctrl-C (checkpoints on or off);
+- `resume`: what a run can resume from, said at start-up and on Ctrl-C (checkpoints on or off); a finished run;
 - `precision`: float32 master weights for a half-precision full fine-tune without DeepSpeed (DDP, one process);
 - `stage_precision`: the start-up line naming the precision of training, TRL's generation and evaluation;
 - `training`: `train()`: tokenizer, datasets, rewards, `DrGRPOTrainer`, resume, save.

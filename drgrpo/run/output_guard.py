@@ -22,14 +22,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from drgrpo.core.checkpoints import WEIGHT_FILES, checkpoint_step
-from drgrpo.core.errors import RecipeError, command_flag
+from drgrpo.core.errors import RecipeError, UsageError, command_flag
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +140,27 @@ def _describe(key: str, recorded: Mapping[str, Any], current: Mapping[str, Any])
         return json.dumps(settings[key]) if key in settings else "unset"
 
     return f"{key} {show(recorded)} -> {show(current)}"
+
+
+def check_writable(output_dir: str | Path, key: str = "output_dir") -> None:
+    """A `UsageError` naming `key`, the path and the fix when training could not write `output_dir`: it is a file,
+    a file stands where one of its parent folders should be, or the folder (or its nearest existing parent, where
+    it is to be created) is not writable. Read-only; run before anything loads, so a 20-line traceback from
+    transformers' first save after the model and data have loaded becomes one line at start-up."""
+    path = Path(output_dir)
+    fix = f"set {key} to a folder you can write ({command_flag(f'--{key} DIR')})"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{key} {str(path)!r} is a file, not a folder (the run saves its model there): {fix}.")
+    existing = path
+    while not existing.exists() and existing != existing.parent:  # the nearest part of the path that exists
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{key} {str(path)!r} cannot be created: {str(existing)!r} is a file, not a folder: {fix}.")
+    try:  # a real write (os.access says yes to root on a read-only mount): an empty folder, removed at once
+        os.rmdir(tempfile.mkdtemp(prefix=".drgrpo-write-check-", dir=existing))
+    except OSError as error:
+        where = "" if existing == path else f" (in {str(existing)!r}, where it would be created)"
+        raise UsageError(f"{key} {str(path)!r} cannot be written{where}: {error.strerror}: {fix}.") from None
 
 
 def check_output_dir(output_dir: str | Path, settings: Mapping[str, Any], *, overwrite: bool = False) -> None:

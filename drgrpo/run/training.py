@@ -23,9 +23,9 @@ from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
 from drgrpo.observe.step_log import use_step_lines
 from drgrpo.run.arguments import ScriptArguments
-from drgrpo.run.output_guard import check_output_dir, run_settings, start_run
+from drgrpo.run.output_guard import check_output_dir, check_writable, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
-from drgrpo.run.resume import interrupted_message, start_status, unfinished_run
+from drgrpo.run.resume import finished_run, interrupted_message, start_status, unfinished_run
 from drgrpo.run.stage_precision import trainer_precision_line
 from rewards import get_reward_funcs
 
@@ -62,15 +62,22 @@ def train(
     training_args: DrGRPOConfig,
     model_args: ModelConfig,
     callbacks: Sequence[TrainerCallback] = (),
-) -> DrGRPOTrainer:
+) -> DrGRPOTrainer | None:
     """Train the recipe's model and save it (with its tokenizer) to `output_dir`; resume from its last checkpoint.
+    None, having changed nothing, when `output_dir` holds this run finished (`finished_run`).
     `callbacks`: extra `TrainerCallback`s (an experiment's time budget, drgrpo/experiments/budget.py)."""
     if not model_args.model_name_or_path:
         raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
-    # Refuse before anything is loaded when output_dir holds another run's model (drgrpo/run/output_guard.py).
+    # Refuse before anything is loaded when output_dir cannot be written or holds another run's model
+    # (drgrpo/run/output_guard.py).
+    check_writable(training_args.output_dir)
     settings = run_settings(script_args, training_args, model_args)
     overwrite = script_args.overwrite_output_dir
     check_output_dir(training_args.output_dir, settings, overwrite=overwrite)
+    # A rerun of a finished run changes nothing (drgrpo/run/resume.py): said in one line, before anything loads.
+    if not overwrite and (finished := finished_run(training_args.output_dir, training_args)) is not None:
+        logger.warning(finished)
+        return None
     # Rewards before the tokenizer and data: a custom reward that cannot be imported fails in seconds.
     reward_funcs = get_reward_funcs(
         script_args.reward_funcs,

@@ -1,0 +1,156 @@
+"""A new user's first two hours (issue 43), each as the user typed it: rerunning a finished run, an unwritable
+output_dir, a key written twice in a recipe, `--key null` on the command line, the `--traceback` hint after a plain
+usage error, and what a short run says about its checkpoints."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, ROOT
+from test_first_hour import TINY, tiny_run
+
+from drgrpo.core.errors import RecipeError, UsageError, format_user_error
+from drgrpo.observe.step_log import step_line
+
+HINT = "(the full traceback: rerun with --traceback, or set DRGRPO_DEBUG=1)"
+
+
+def train(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+    """The stderr lines of a refused command (status 2, no traceback), timestamps of log lines left out."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return [line for line in result.stderr.strip().splitlines() if not line[:4].isdigit()]
+
+
+# --- 1 and 5: a finished run is left alone; a longer one continues; a short run says when it checkpoints -----------
+def test_rerunning_a_finished_run_changes_nothing_and_a_longer_one_resumes(tiny_model_path, addition_data, tmp_path):
+    output_dir = tmp_path / "run"
+    command = tiny_run(tiny_model_path, addition_data["train"], output_dir, "--max_steps", "2", "--save_strategy",
+                       "steps", "--save_steps", "5")  # fmt: skip
+    first = train(*command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    # A 2-step run with save_steps 5 saved no checkpoint before its last step, and says so (not "every 5 steps").
+    assert (
+        "Starting at step 0; no checkpoint before the last step (save_steps 5 >= max_steps 2): a stopped run loses "
+        f"the steps it trained (--save_steps N with N < 2 keeps progress); the last step is saved as "
+        f"{output_dir / 'checkpoint-2'}."
+    ) in first.stderr
+    assert "trained 2 steps in " in first.stdout + first.stderr
+    model = output_dir / "model.safetensors"
+    saved, saved_at = model.read_bytes(), model.stat().st_mtime_ns
+    files = sorted(path.name for path in output_dir.iterdir())
+
+    again = train(*command)  # the same command: used to resume, train step 3/2 and replace the model
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (
+        f"{output_dir} holds a finished run: checkpoint-2 is its last step (max_steps 2) and its model is saved; "
+        "nothing trained, nothing changed. To train longer, rerun with a larger --max_steps N (it resumes from "
+        "checkpoint-2); to start afresh, --overwrite_output_dir true."
+    ) in again.stderr
+    assert "step 3" not in again.stdout + again.stderr and "Resuming" not in again.stderr
+    assert "Training prompts" not in again.stderr  # nothing loaded
+    assert sorted(path.name for path in output_dir.iterdir()) == files  # no checkpoint-3
+    assert model.read_bytes() == saved and model.stat().st_mtime_ns == saved_at
+
+    longer = train(*command, "--max_steps", "3")  # a larger max_steps continues the run
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert f"Resuming from checkpoint {output_dir / 'checkpoint-2'} (step 2)" in longer.stderr
+    output = longer.stdout + longer.stderr
+    assert "step 3/3 | " in output and "step 4" not in output
+    # What this invocation trained, and the total (was "trained 3 steps" for the one step after the resume).
+    assert "trained 1 step (resumed at step 2: 3 in all) in " in output
+    assert (output_dir / "checkpoint-3").is_dir()
+
+
+def test_the_end_of_training_line_counts_this_invocations_steps():
+    assert step_line({"train_runtime": 30.0}, 5, 5, first_step=2) == (
+        "trained 3 steps (resumed at step 2: 5 in all) in 30.0 s (10.0 s/step); every step's metrics: "
+        "log_history.jsonl in output_dir"
+    )
+    assert step_line({"train_runtime": 4.0}, 2, 2).startswith("trained 2 steps in 4.0 s (2.0 s/step)")
+
+
+# --- 2: an output_dir that cannot be written: one line, before the model and data load ------------------------------
+@pytest.mark.parametrize("under", ["", "sub/run"], ids=["is_a_file", "under_a_file"])
+def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tiny_model_path, addition_data, tmp_path, under):
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a folder\n")
+    output_dir = blocker / under if under else blocker
+    result = train(*tiny_run(tiny_model_path, addition_data["train"], output_dir, "--max_steps", "1"))
+    reason = (
+        "is a file, not a folder (the run saves its model there)"
+        if not under
+        else f"cannot be created: {str(blocker)!r} is a file, not a folder"
+    )
+    assert error_lines(result) == [
+        f"error: output_dir {str(output_dir)!r} {reason}: set output_dir to a folder you can write (--output_dir DIR)."
+    ]
+    assert "Training prompts" not in result.stderr and "NotADirectoryError" not in result.stderr
+
+
+# --- 3: a key written twice in a recipe ------------------------------------------------------------------------------
+def test_a_key_written_twice_in_a_recipe_names_the_key_and_both_lines(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    text = (ROOT / TINY).read_text()
+    recipe.write_text(text + "learning_rate: 1.0e-3   # pasted from another recipe\n")
+    first_line = 1 + text.splitlines().index(next(line for line in text.splitlines() if line.startswith("learning_")))
+    last_line = len(text.splitlines()) + 1
+    expected = (
+        f"error: Recipe file {str(recipe)!r} line {last_line}: key 'learning_rate' is set twice (first on line "
+        f"{first_line}); YAML would silently keep the last value: delete one of the two lines."
+    )
+    assert error_lines(train("scripts/train.py", str(recipe), "--show_prompts", "1")) == [expected]
+    plan = train("scripts/plan.py", str(recipe), timeout=300)  # every reader of recipes refuses it
+    assert expected in plan.stderr and plan.returncode != 0, plan.stderr[-3000:]
+
+
+# --- 4: `--key null` unsets a recipe's optional key ------------------------------------------------------------------
+def test_null_on_the_command_line_unsets_the_recipes_key(tiny_model_path, addition_data, tmp_path):
+    recipe = tmp_path / "both.yaml"
+    recipe.write_text(
+        (ROOT / TINY).read_text().replace("dataset_path:", "dataset_name: openai/gsm8k\ndataset_path:", 1)
+        .replace("outputs/demo-tiny/sft", str(tiny_model_path))
+        .replace("outputs/demo-tiny/data/train.jsonl", str(addition_data["train"]))
+    )  # fmt: skip
+    shown = train("scripts/train.py", str(recipe), "--dataset_name", "null", "--show_prompts", "1")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "===== prompt 1 of 1" in shown.stdout and "gold answer: " in shown.stdout
+
+    from drgrpo.recipe.cli import parse_recipe
+
+    for spelling in ("None", "~", "null"):
+        script_args, _, _ = parse_recipe([str(recipe), "--dataset_name", spelling, "--dataset_test_path=" + spelling])
+        assert script_args.dataset_name is None and script_args.dataset_test_path is None
+        assert script_args.dataset_path == str(addition_data["train"])
+    with pytest.raises(UsageError, match=r"--learning_rate null: learning_rate cannot be unset, it always has a value"):
+        parse_recipe([str(recipe), "--learning_rate", "null"])
+    # Both set: the message says how to unset one from the command line.
+    both = train("scripts/train.py", str(recipe), "--show_prompts", "1")
+    assert "on the command line `--dataset_name null` or `--dataset_path null` unsets the recipe's" in both.stderr
+
+
+# --- 5: the --traceback hint follows unexpected failures, not a wrong key -------------------------------------------
+def test_a_usage_error_is_one_line_without_the_traceback_hint():
+    result = train("scripts/train.py", TINY, "--learning_rat", "1e-6", timeout=300)
+    assert error_lines(result) == [
+        "error: Unknown key 'learning_rat' in the command line. Did you mean 'learning_rate'? Run `python "
+        "scripts/train.py --help` for all keys."
+    ]
+    assert format_user_error(RecipeError("the model cannot be loaded.")).splitlines()[1] == HINT
+    assert format_user_error(UsageError("bad value.")) == "error: bad value."
+
+
+def test_the_recipe_file_as_written_still_parses(tmp_path):
+    """The duplicate-key loader reads every shipped recipe as PyYAML did."""
+    import yaml
+
+    from drgrpo.recipe.file import read_recipe
+
+    for recipe in sorted(Path(ROOT / "recipes").glob("*.yaml")):
+        assert read_recipe(recipe) == (yaml.safe_load(recipe.read_text()) or {}), recipe
