@@ -150,7 +150,8 @@ def test_unsupported_file_type_is_an_error(tmp_path):
 def test_no_source_and_two_sources_are_errors(math_file):
     with pytest.raises(ValueError, match="names no data"):
         load(args())
-    with pytest.raises(ValueError, match="both dataset_name and dataset_path"):
+    both = r"both dataset_name \('someone/math'\) and dataset_path .*--dataset_path null"
+    with pytest.raises(ValueError, match=both):
         load(args(dataset_path=str(math_file), dataset_name="someone/math"))
 
 
