@@ -40,7 +40,7 @@ def skip_unless_required(requirement: str, reason: str) -> NoReturn:
     required = {name.strip() for name in os.environ.get(REQUIRE_ENV, "").split(",") if name.strip()}
     if requirement in required or "all" in required:
         pytest.fail(f"{reason}; {REQUIRE_ENV}={os.environ[REQUIRE_ENV]} requires {requirement!r} on this machine")
-    pytest.skip(reason)
+    pytest.skip(f"{reason} (needs {requirement!r}; {REQUIRE_ENV}={requirement} or all fails this test instead)")
 
 
 @pytest.fixture(scope="session")

@@ -13,16 +13,13 @@ from collections import deque
 
 import pandas as pd
 import pytest
-import torch
-from datasets import Dataset
+from test_tool_training import recorded_run
 from tool_model import build_tool_model
 
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.console_table import console_entry
 from drgrpo.algorithm.rollout.loop import LoopSettings, run_tool_loop
 from drgrpo.algorithm.rollout.protocol import observation_text
-from drgrpo.algorithm.rollout.python_tool import build_python_tool
-from drgrpo.algorithm.rollout.trl_rollout import make_rollout_func
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from rewards import cosine_scaled, get_reward_funcs, overlong_penalty
 from rewards.code.sandbox import RunResult
@@ -97,22 +94,8 @@ def config(tmp_path, **overrides) -> DrGRPOConfig:
 def one_step(model, args, reward_funcs) -> tuple[DrGRPOTrainer, dict]:
     """One training step with the tool on prompts 'call 0:' (one program) and 'skip 0!' (none), gold answer 7; the
     trainer and the batch as the loss received it."""
-    dataset = Dataset.from_list([{"prompt": "call 0:", "answer": "7"}, {"prompt": "skip 0!", "answer": "7"}])
-    trainer = DrGRPOTrainer(
-        model=str(model), reward_funcs=reward_funcs, args=args, train_dataset=dataset,
-        rollout_func=make_rollout_func(args, build_python_tool(args)),
-    )  # fmt: skip
-    batches = []
-    original = trainer._generate_and_score_completions
-
-    def record(inputs):
-        output = original(inputs)
-        batches.append({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in output.items()})
-        return output
-
-    trainer._generate_and_score_completions = record
-    trainer.train()
-    (batch,) = batches
+    prompts = [{"prompt": "call 0:", "answer": "7"}, {"prompt": "skip 0!", "answer": "7"}]
+    trainer, (batch,) = recorded_run(model, prompts, args, reward_funcs, with_tool=True)
     return trainer, batch
 
 

@@ -53,8 +53,9 @@ def config(tmp_path, **overrides) -> DrGRPOConfig:
 
 
 def recorded_run(model, prompts, args, reward_funcs, with_tool: bool) -> tuple[DrGRPOTrainer, list[dict]]:
-    """Train `args.max_steps` steps; every generation batch's tensors as the loss received them."""
-    dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+    """Train `args.max_steps` steps; every generation batch's tensors as the loss received them. `prompts`: prompt
+    strings, or dataset rows (a prompt and its other columns)."""
+    dataset = Dataset.from_list([p if isinstance(p, dict) else {"prompt": p} for p in prompts])
     rollout = make_rollout_func(args, build_python_tool(args)) if with_tool else None
     trainer = DrGRPOTrainer(
         model=str(model), reward_funcs=reward_funcs, args=args, train_dataset=dataset, rollout_func=rollout

@@ -445,7 +445,7 @@ def main() -> None:
             _send(out, ("unavailable", f"filesystem isolation failed: {exc}", "isolation"))
             return
         # Each program's /tmp is a tmpfs of these options in its own mount namespace (rewards.code._program).
-        state["work_root"], state["tmpfs"] = "/tmp", config["tmpfs"]
+        state["tmpfs"] = config["tmpfs"]
         # R's own pid namespace, to which its children return after each program's (rewards.code._program).
         state["pid_namespace"] = os.open("thread-self/ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=state["proc"])
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
