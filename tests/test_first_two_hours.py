@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import PYTHON, ROOT
+from safetensors.torch import load_file
 from test_first_hour import TINY, tiny_run
 
 from drgrpo.core.errors import RecipeError, UsageError, format_user_error
@@ -57,6 +59,24 @@ def test_rerunning_a_finished_run_changes_nothing_and_a_longer_one_resumes(tiny_
     assert "Training prompts" not in again.stderr  # nothing loaded
     assert sorted(path.name for path in output_dir.iterdir()) == files  # no checkpoint-3
     assert model.read_bytes() == saved and model.stat().st_mtime_ns == saved_at
+
+    # Killed after its last checkpoint, before its final save: the rerun saves checkpoint-2's model, trains nothing
+    # (transformers resumed it and trained step 3/2).
+    saved_weights = load_file(output_dir / "checkpoint-2" / "model.safetensors")
+    (output_dir / "trainer_state.json").unlink()
+    model.unlink()
+    killed = train(*command)
+    assert killed.returncode == 0, killed.stderr[-3000:]
+    assert (
+        f"Resuming from checkpoint {output_dir / 'checkpoint-2'} (step 2), the run's last step (max_steps 2): nothing "
+        "left to train, saving its model;"
+    ) in killed.stderr
+    assert "step 3" not in killed.stdout + killed.stderr and not (output_dir / "checkpoint-3").exists()
+    assert "trained 0 steps (resumed at step 2: 2 in all)" in killed.stdout + killed.stderr
+    weights = load_file(model)
+    assert weights.keys() == saved_weights.keys()
+    assert all(torch.equal(weights[name], saved_weights[name]) for name in weights)
+    assert "holds a finished run" in train(*command).stderr  # and it is finished now
 
     longer = train(*command, "--max_steps", "3")  # a larger max_steps continues the run
     assert longer.returncode == 0, longer.stderr[-3000:]

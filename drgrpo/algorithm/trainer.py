@@ -391,6 +391,15 @@ class DrGRPOTrainer(GRPOTrainer):
         with escaped_console_table():
             super().log(logs, start_time)
 
+    # Override: transformers checks for the run's last step only after training one. A run resumed from a checkpoint
+    # at its last step (killed after saving it, before its final save) would train one step past max_steps and save
+    # that; stop before the epoch instead, so the rerun only saves the checkpoint's model (drgrpo/run/training.py).
+    def _run_epoch(self, *args, **kwargs):
+        if 0 < self.state.max_steps <= self.state.global_step:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     # Override: on resume, transformers warns "There were missing keys in the checkpoint model loaded:
     # ['lm_head.weight']" for a model whose output layer *is* its input embeddings (tied, as in SmolLM2): the file
     # stores the shared tensor once, and loading the embeddings loads both. Keys that are such a tie are left out of

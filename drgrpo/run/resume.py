@@ -102,7 +102,10 @@ def start_status(args: Any, resume_from: str | Path | None, *, overwrite: bool, 
     """The start-up line: what this run starts from (a checkpoint, or step 0, after an unfinished run that left no
     checkpoint or afresh), then `checkpoint_policy`."""
     if resume_from is not None:
-        start = f"Resuming from checkpoint {resume_from} (step {checkpoint_step(resume_from)})"
+        step, max_steps = checkpoint_step(resume_from), getattr(args, "max_steps", -1)
+        start = f"Resuming from checkpoint {resume_from} (step {step})"
+        if step is not None and 0 < max_steps <= step:  # stopped after its last checkpoint, before its final save
+            start += f", the run's last step (max_steps {max_steps}): nothing left to train, saving its model"
     elif overwrite:
         start = "overwrite_output_dir: starting afresh at step 0"
     elif unfinished:
