@@ -12,14 +12,33 @@ from conftest import PYTHON, ROOT
 from drgrpo.experiments.comparison import comparison_markdown, difference_notes, final_mean, run_summary
 from drgrpo.observe import metric_names as d
 from drgrpo.observe.plotting import (
+    LINE_STYLES,
     PANELS,
+    absent_notes,
     auto_window,
     find_trainer_state,
     load_log_history,
     metric_series,
     moving_average,
+    plot_runs,
     run_labels,
 )
+
+TOOL_PANELS = [
+    "Python tool: programs and failures",
+    "Python tool: how answers ended",
+    "Python tool: model vs tool tokens",
+]
+# What a run without a KL and without the tool logs (fake_history): every panel but those four.
+PLAIN_PANELS = [
+    "Reward and pass rate",
+    "Completion length: correct vs incorrect",
+    "Groups with no signal (all-equal rewards)",
+    "Entropy",
+    "Clip fraction",
+    "Truncated completions",
+    "Learning rate",
+]
 
 
 def fake_history(steps: int, pass_rate_slope: float, incorrect_length: float) -> list[dict]:
@@ -94,7 +113,9 @@ def test_run_labels_disambiguate_same_names(tmp_path):
     assert run_labels([a, b, c]) == ["grpo/model", "drgrpo/model", "other"]
 
 
-def test_plot_script_writes_a_png_with_every_panel(tmp_path):
+def test_plot_script_draws_only_the_panels_the_runs_logged(tmp_path):
+    """`make plot` on two runs without a KL and without the tool: the seven panels they logged, and one line per kind
+    of panel left out, saying why (it drew eleven, four of them empty with overlapping "not logged" notes)."""
     grpo = write_run(tmp_path / "grpo", fake_history(12, 0.03, 3.0))
     drgrpo = write_run(tmp_path / "drgrpo", fake_history(12, 0.04, 2.0))
     output = tmp_path / "plots" / "curves.png"
@@ -108,15 +129,122 @@ def test_plot_script_writes_a_png_with_every_panel(tmp_path):
 
     width, height = Image.open(output).size
     assert width > 1500 and height > 600  # 2 rows x 4 panels at a readable size
-    assert {panel.title for panel in PANELS} >= {"Entropy", "Learning rate", "Clip fraction", "KL to the reference"}
-
-    assert "GRPO: the KL panel shows none logged (beta = 0 and kl_in_reward_coef = 0: no KL)" in result.stdout
+    assert result.stdout.splitlines() == [
+        f"wrote {output}: 7 panels",
+        "not drawn, no run logged it: KL to the reference (beta = 0 and kl_in_reward_coef = 0: no KL)",
+        f"not drawn, no run logged them: {'; '.join(TOOL_PANELS)} (python_tool: false)",
+    ]
 
     missing = subprocess.run(
         [PYTHON, "scripts/plot.py", str(tmp_path / "nothing"), "--output", str(output)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert missing.returncode == 2 and "No trainer_state.json" in missing.stderr
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    error = [line for line in missing.stderr.splitlines() if line.strip()]
+    assert len(error) == 1 and error[0].startswith("error: No trainer_state.json in "), error  # no usage lines
+
+
+@pytest.fixture
+def saved_figures(monkeypatch) -> list:
+    """The matplotlib figures `plot_runs` saves, kept for the test to inspect (whatever way the module builds them)
+    and not rendered: laying out and rasterising eleven panels takes about a second, which the PNG tests above pay."""
+    from matplotlib.figure import Figure
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *args, **kwargs: figures.append(figure))
+    return figures
+
+
+def panels_of(figure) -> dict[str, int]:
+    """Each visible panel's title and how many curves (lines with data) it draws."""
+    return {
+        ax.get_title(): sum(len(line.get_xdata()) > 0 for line in ax.get_lines()) for ax in figure.axes if ax.axison
+    }
+
+
+def tool_history(steps: int) -> list[dict]:
+    """A python_tool run's log: fake_history plus every diag/tool/ metric, with beta's KL."""
+    tool_keys = [key for panel in PANELS if panel.title in TOOL_PANELS for key, _ in panel.series]
+    return [entry | dict.fromkeys(tool_keys, 0.5) | {"kl": 0.01} for entry in fake_history(steps, 0.05, 3.0)[:-1]]
+
+
+def test_a_run_without_the_tool_gets_no_empty_panel_and_a_tool_run_gets_the_tool_panels(tmp_path, saved_figures):
+    """From the user's side: a run folder as the trainer leaves it, read back and plotted; the saved figure's panels
+    are those the run logged, each with a curve."""
+    plain = load_log_history(write_run(tmp_path / "plain", fake_history(8, 0.05, 3.0)))
+    plot_runs({"plain": plain}, tmp_path / "plain.png")
+    drawn = panels_of(saved_figures[-1])
+    assert list(drawn) == PLAIN_PANELS and drawn["Reward and pass rate"] == 3 and min(drawn.values()) == 1
+
+    tool = load_log_history(write_run(tmp_path / "tool", tool_history(8)))
+    plot_runs({"tool": tool}, tmp_path / "tool.png")
+    drawn = panels_of(saved_figures[-1])
+    assert list(drawn) == PLAIN_PANELS[:4] + ["KL to the reference"] + PLAIN_PANELS[4:] + TOOL_PANELS
+    assert drawn["Python tool: how answers ended"] == 4 and min(drawn.values()) >= 1
+
+    # Compared, the tool panels are drawn (with the tool run's curves only) and the notes say who lacks them.
+    plot_runs({"tool": tool, "plain": plain}, tmp_path / "both.png")
+    compared = panels_of(saved_figures[-1])
+    assert (
+        list(compared) == list(drawn) and compared["Entropy"] == 2 and compared["Python tool: how answers ended"] == 4
+    )
+    assert absent_notes({"tool": tool, "plain": plain}) == [
+        f"plain: no curve in KL to the reference; {'; '.join(TOOL_PANELS)} (not logged)"
+    ]
+    with pytest.raises(ValueError, match=r"Nothing to plot: no run \(empty\) logged reward, diag/pass_rate or another"):
+        plot_runs({"empty": [{"step": 1, "train_runtime": 1.0}]}, tmp_path / "empty.png")
+
+
+def test_plot_script_on_a_run_that_logged_no_step_says_so_in_two_lines(tmp_path, monkeypatch, capsys):
+    """`make plot` on a run that stopped before its first log: an error naming the run, no figure, no traceback."""
+    import runpy
+
+    run = write_run(tmp_path / "early", [{"step": 1, "train_runtime": 1.0, "train_loss": 0.0}])
+    monkeypatch.setattr("sys.argv", ["plot.py", str(run), "--output", str(tmp_path / "curves.png")])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_path(str(ROOT / "scripts" / "plot.py"), run_name="__main__")
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and error.startswith("error: Nothing to plot: no run (early) logged reward")
+    assert len(error.splitlines()) <= 2 and not (tmp_path / "curves.png").exists()
+
+
+@pytest.mark.parametrize("tool", [False, True], ids=["plain run", "tool run"])
+def test_panels_do_not_overlap_and_fill_the_figure(tmp_path, saved_figures, tool):
+    """No text of one panel (title, labels, ticks, legend) runs into another panel or the title, and the gaps between
+    panels are a few pixels of margin, not the width of a note that used to sit in an empty panel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    history = tool_history(8) if tool else fake_history(8, 0.05, 3.0)
+    plot_runs({"a run with a long name": load_log_history(write_run(tmp_path / "run", history))}, tmp_path / "c.png")
+    figure = saved_figures[-1]
+    figure.draw_without_rendering()  # the layout, as savefig computes it
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    width, height = figure.bbox.width, figure.bbox.height
+    axes = [ax for ax in figure.axes if ax.axison]
+    boxes = [ax.get_tightbbox(renderer) for ax in axes]
+    # The figure's title and legends (a suptitle is one of `figure.texts`).
+    header = [artist.get_window_extent(renderer) for artist in [*figure.legends, *figure.texts]]
+    everything = boxes + header
+    for box in everything:  # inside the PNG (a pixel of rounding allowed)
+        assert box.x0 >= -1 and box.y0 >= -1 and box.x1 <= width + 1 and box.y1 <= height + 1, box
+    for i, first in enumerate(everything):
+        for second in everything[i + 1 :]:
+            overlap_x = min(first.x1, second.x1) - max(first.x0, second.x0)
+            overlap_y = min(first.y1, second.y1) - max(first.y0, second.y0)
+            assert overlap_x <= 1 or overlap_y <= 1, (first, second)
+    rows: dict[int, list] = {}
+    for ax, box in zip(axes, boxes, strict=True):
+        rows.setdefault(ax.get_subplotspec().rowspan.start, []).append(box)
+    for row in rows.values():  # side by side: at most 3% of the width between neighbours
+        row.sort(key=lambda box: box.x0)
+        assert all(right.x0 - left.x1 < 0.03 * width for left, right in zip(row, row[1:], strict=False)), row
+    tops = sorted((min(box.y0 for box in row), max(box.y1 for box in row)) for row in rows.values())
+    assert all(upper[0] - lower[1] < 0.03 * height for lower, upper in zip(tops, tops[1:], strict=False)), tops
+
+
+def test_every_panel_has_a_line_style_per_series():
+    assert max(len(panel.series) for panel in PANELS) <= len(LINE_STYLES)
+    assert len(set(LINE_STYLES)) == len(LINE_STYLES)
 
 
 def test_plot_shows_and_names_the_kl_the_run_used(tmp_path):
@@ -141,7 +269,7 @@ def test_plot_shows_and_names_the_kl_the_run_used(tmp_path):
 
 def test_every_tool_metric_the_rollout_logs_has_a_curve(tmp_path):
     """`make plot` on a python_tool run: each diag/tool/ metric of drgrpo/algorithm/rollout/tool_metrics.py is in a
-    panel, and the figure draws a run that logs them (a run without them shows the panels' 'no tool' note)."""
+    panel, and the figure draws a run that logs them (a run without them compared to it is said to have no curve)."""
     import torch
 
     from drgrpo.algorithm.rollout.tool_metrics import COLUMNS, tool_metrics
@@ -159,6 +287,8 @@ def test_every_tool_metric_the_rollout_logs_has_a_curve(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ": 10 panels" in result.stdout  # the three tool panels; no KL panel (neither run logged one)
+    assert f"plain: no curve in {'; '.join(TOOL_PANELS)} (not logged)" in result.stdout
 
 
 # --- comparison summary --------------------------------------------------------------------------------------------
