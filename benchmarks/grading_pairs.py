@@ -67,7 +67,7 @@ def _as_list(value) -> list:
 
 
 def _olympiad_gold(final_answer) -> str | None:
-    from drgrpo.evaluation.answers import list_answer
+    from drgrpo.data.golds import list_answer
 
     return list_answer(_as_list(final_answer))
 
@@ -87,7 +87,7 @@ def _pairs(completions: list[str], golds: list[str | None]) -> list[tuple[str, s
 
 def build_sets(data: Path) -> dict[str, list[tuple[str, str, int]]]:
     """The labelled (completion, gold, label) pairs of each set."""
-    from drgrpo.evaluation.answers import last_boxed
+    from drgrpo.data.golds import last_boxed
 
     gsm8k = _rows(data / "gsm8k/test.jsonl")
     hash_solutions = [r["answer"] for r in gsm8k]

@@ -1,4 +1,5 @@
-"""Put several evaluations side by side: one markdown table, models as rows and benchmarks as columns.
+"""Put several evaluations side by side: one markdown table, models as rows and benchmarks as columns. A model
+evaluated on a benchmark with several settings (N=1 greedy, N=4 sampled) gets a row per setting, labelled with them.
 
 python scripts/compare_evals.py outputs/eval                      # every summary.json under the folder
 python scripts/compare_evals.py outputs/eval/a outputs/eval/b --metric maj@8 --paper

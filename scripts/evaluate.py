@@ -3,7 +3,9 @@
     python scripts/evaluate.py --model_name_or_path outputs/demo/model --benchmark math500 --n 8 --temperature 1.0
     python scripts/evaluate.py --model_name_or_path M --data test.jsonl --question_column q --answer_column a
 
-Rerunning the same command resumes: samples already in OUTPUT_DIR/samples.jsonl are not generated again.
+Rerunning the same command resumes: samples already in OUTPUT_DIR/samples.jsonl are not generated again. The default
+OUTPUT_DIR, outputs/eval/<model>/<benchmark>[-<settings>], names the settings that differ from the defaults (--n 8
+--temperature 1.0: math500-n8-t1.0), so other settings never land in the same folder.
 All options: `python scripts/evaluate.py --help` (fields of `drgrpo.evaluation.EvalArguments`).
 """
 

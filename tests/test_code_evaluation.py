@@ -7,8 +7,8 @@ import json
 import pytest
 from conftest import skip_unless_required
 
+from drgrpo.data.golds import normalize_gold
 from drgrpo.evaluation import evaluate
-from drgrpo.evaluation.answers import normalize_gold
 from drgrpo.evaluation.benchmarks import resolve_preset
 from drgrpo.evaluation.code import code_settings, grade_code_completions
 from rewards.code import NamespacesUnavailable

@@ -120,9 +120,10 @@ def test_offline_gsm8k_preset_names_the_shipped_file(tiny_model_path, tmp_path, 
         *run_script(monkeypatch, capsys, "--model_name_or_path", str(tiny_model_path), "--benchmark", "gsm8k",
                     "--output_dir", str(tmp_path / "eval"), script="scripts/evaluate.py")
     )  # fmt: skip
-    assert error.startswith("error: Cannot load openai/gsm8k (test) from the hub: ")
-    assert "The project ships the first 100 problems of GSM8K's test split: `make eval " in error
-    assert "BENCH=data/gsm8k_test100.jsonl` (--data data/gsm8k_test100.jsonl)" in error
+    assert error.startswith("error: benchmark gsm8k: openai/gsm8k (main, test) is not in the local cache and the hub ")
+    assert error.endswith(
+        "Fix: --benchmark data/gsm8k_test100.jsonl (the project ships the first 100 problems of GSM8K's test split)."
+    )
 
 
 def test_gold_check_bar_counts_distinct_answers_of_the_rows(capsys):

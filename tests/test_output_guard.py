@@ -129,6 +129,12 @@ def test_make_train_after_the_demo_leaves_the_demo_model_byte_identical(tmp_path
     # The tiny demo's code path (SFT warm-start, RL with recipes/tiny_drgrpo.yaml into outputs/demo-tiny/model), shrunk.
     run_demo(DemoSettings(sft_steps=2, sft_examples=32, num_test=8, rl_overrides=small))
     demo_model = workspace / "outputs/demo-tiny/model"
+    # Its evaluations decode in the precision it trained and generated in (tiny_drgrpo.yaml: bf16 false), as the
+    # start-up line says, also on a CPU with native bf16 (where `auto` would be bf16).
+    for stage in ("untrained", "before_rl", "after_rl"):
+        assert json.loads((workspace / "outputs/demo-tiny/eval" / stage / "eval_config.json").read_text())["dtype"] == (
+            "float32"
+        )
     before = tree_digest(demo_model)
     assert "model.safetensors" in before and RUN_RECORD in before
 

@@ -4,7 +4,7 @@ The pipeline (`load_prompt_dataset`), in order:
 1. each source is loaded (`dataset_name` from the hub, or a local `dataset_path` file/folder);
 2. its rows are kept by `dataset_filter` (e.g. MATH levels 3-5);
 3. its question column becomes `question` (it must hold strings) and its gold-answer column becomes `answer`
-   (optionally cut out of a worked solution by `answer_extraction`);
+   (read by `answer_extraction`, the gold reader that evaluation's `--answer_format` of that name uses);
 4. sources are mixed by `weight` (or concatenated), and the result is shuffled with the run's seed;
 5. an optional held-out set is split off (`dataset_test_size`) or loaded (`dataset_test_split`/`dataset_test_path`);
 6. `max_train_samples` keeps the first N rows;
@@ -15,7 +15,7 @@ The trainer sees exactly two columns, `prompt` and `answer`; TRL passes `answer`
 
 Modules, each importing only the ones listed before it:
 - `templates`: the prompt templates (`chat`, `r1`, `qwen_math`, `plain`), shared with evaluation;
-- `extraction`: gold answers cut out of worked solutions (`answer_extraction`);
+- `golds`: the gold readers, one registry for `answer_extraction` and evaluation's `--answer_format`;
 - `filters`: `dataset_filter` conditions;
 - `arguments`: `DataArguments`, the recipe's data keys;
 - `sources`: one source (hub split or local file) mapped onto (question, answer) examples;
@@ -26,13 +26,6 @@ Modules, each importing only the ones listed before it:
 """
 
 from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured
-from drgrpo.data.extraction import (
-    ANSWER_EXTRACTIONS,
-    check_answer_extraction,
-    extract_answer,
-    gsm8k_final_answer,
-    last_boxed,
-)
 from drgrpo.data.filters import FILTER_OPERATORS, Condition, condition_holds, filter_indices, parse_filter
 from drgrpo.data.gold_check import (
     GOLD_PROBE,
@@ -41,6 +34,7 @@ from drgrpo.data.gold_check import (
     unparseable_indices,
     unparseable_indices_once,
 )
+from drgrpo.data.golds import ANSWER_FORMATS, check_answer_format, gsm8k_final_answer, last_boxed, normalize_gold
 from drgrpo.data.mixture import apportion, default_mixture_size, mix_sources, normalized_weights, sample_rows
 from drgrpo.data.pipeline import eval_source, load_prompt_dataset
 from drgrpo.data.preview import format_prompts, preview_prompts
@@ -56,7 +50,7 @@ from drgrpo.data.sources import (
 )
 
 __all__ = [
-    "ANSWER_EXTRACTIONS",
+    "ANSWER_FORMATS",
     "Condition",
     "DataArguments",
     "DataSource",
@@ -65,14 +59,13 @@ __all__ = [
     "GOLD_PROBE",
     "MIXTURE_KEYS",
     "apportion",
-    "check_answer_extraction",
+    "check_answer_format",
     "check_columns",
     "column_values",
     "condition_holds",
     "data_sources",
     "default_mixture_size",
     "eval_source",
-    "extract_answer",
     "filter_indices",
     "format_prompts",
     "gsm8k_final_answer",
@@ -81,6 +74,7 @@ __all__ = [
     "load_prompt_dataset",
     "load_source",
     "mix_sources",
+    "normalize_gold",
     "normalized_weights",
     "parse_filter",
     "parse_structured",

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from drgrpo.data.extraction import check_answer_extraction
 from drgrpo.data.filters import FILTER_OPERATORS, parse_filter
+from drgrpo.data.golds import check_answer_format
 from drgrpo.data.templates import check_template
 
 MIXTURE_KEYS = (
@@ -86,8 +86,11 @@ class DataArguments:
     answer_extraction: str = field(
         default="none",
         metadata={
-            "help": "How the gold answer is read from answer_column: 'none' (as it is), 'boxed' (the last \\boxed{} "
-            "of a worked solution, e.g. MATH's 'solution'), 'gsm8k' (the text after '####')."
+            "help": "How the gold answer is read from answer_column, by the reader that evaluation's --answer_format "
+            "of the same name uses (drgrpo/data/golds.py): 'none' or 'plain' (as it is, without enclosing $), "
+            "'boxed' or 'last_boxed' (the final \\boxed{} of a worked solution, e.g. MATH's 'solution'; a final run "
+            "of boxes, '\\boxed{1} and \\boxed{2}', is one answer '1, 2'), 'gsm8k' (the text after '####', "
+            "thousands separators dropped), 'auto' (any of these by its shape), 'list', 'number', 'code_tests'."
         },
     )
     prompt_template: str = field(
@@ -161,7 +164,7 @@ class DataArguments:
         self.dataset_mixture = parse_structured(self.dataset_mixture, "dataset_mixture")
         self.chat_examples = parse_structured(self.chat_examples, "chat_examples")
         check_template(self.prompt_template, self.system_prompt, self.chat_examples)
-        check_answer_extraction(self.answer_extraction, "answer_extraction")
+        check_answer_format(self.answer_extraction, "answer_extraction")
         for key in ("max_prompt_tokens", "max_train_samples", "dataset_test_size", "dataset_mixture_size"):
             value = getattr(self, key)
             if value is not None and value < 1:

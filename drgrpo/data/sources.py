@@ -12,8 +12,8 @@ from datasets import Dataset, load_dataset
 
 from drgrpo.core.errors import RecipeError
 from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured, passed_columns
-from drgrpo.data.extraction import check_answer_extraction, extract_answer
 from drgrpo.data.filters import filter_indices, parse_filter
+from drgrpo.data.golds import LIST_FORMATS, check_answer_format, normalize_gold
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -95,7 +95,7 @@ def data_sources(args: DataArguments) -> list[DataSource]:
         if source_filter is not None:
             parse_filter(source_filter, f"{where}.dataset_filter")
         extraction = entry.get("answer_extraction", base.answer_extraction)
-        check_answer_extraction(extraction, f"{where}.answer_extraction")
+        check_answer_format(extraction, f"{where}.answer_extraction")
         sources.append(
             DataSource(
                 name=entry.get("dataset_name"),
@@ -269,11 +269,13 @@ def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
                 "a text column."
             )
         answer = answers[i]
-        if isinstance(answer, list | dict):
+        if isinstance(answer, list | dict) and source.answer_extraction not in LIST_FORMATS:
             raise ValueError(
                 f"{source.label}: row {i} (0-based) has a {type(answer).__name__} in answer column "
-                f"{source.answer_column!r}: {answer!r:.200}. The gold answer must be a string or a number."
+                f"{source.answer_column!r}: {answer!r:.200}. The gold answer must be a string or a number (a list "
+                "with answer_extraction: list)."
             )
         extras = {column: values[i] for column, values in kept.items()} if kept else None
-        examples.append(Example(question, extract_answer(answer, source.answer_extraction), source.label, i, extras))
+        gold = normalize_gold(answer, source.answer_extraction) or ""  # "": no gold (the gold check reports it)
+        examples.append(Example(question, gold, source.label, i, extras))
     return examples

@@ -1,7 +1,8 @@
 """Evaluation: pass@1, pass@k and maj@k on math benchmarks (pass@k on code benchmarks), graded by the same verifier
 that rewards training.
 
-One run = one model on one benchmark, written to one folder:
+One run = one model on one benchmark with one set of settings, written to one folder (by default
+`outputs/eval/<model>/<benchmark>[-<settings>]`, `folders`):
 - `samples.jsonl`: one row per (problem, sample), appended and flushed batch by batch, so an interrupted run loses
   nothing and a rerun of the same command generates only what is missing;
 - `summary.json` / `summary.md`: pass@1 (mean over samples), unbiased pass@k for k = 1, 2, 4, ..., n, maj@n,
@@ -13,22 +14,25 @@ sample draws from its own random generator (the CPU engine's sampler, `drgrpo.al
 resumed run writes the same rows as an uninterrupted one. Generation runs on vLLM when it is installed and a GPU is
 present, else on the CPU generation engine that training uses.
 
-Modules, each importing only the ones listed before it:
+Golds are read by training's reader (`drgrpo.data.golds`: `--answer_format` names the same readers as a recipe's
+`answer_extraction`). Modules, each importing only the ones listed before it:
 - `metrics`: pass@k (unbiased estimator) and majority voting;
-- `answers`: gold-answer formats (GSM8K, boxed, lists, numbers) brought to one plain string;
 - `benchmarks`: presets (hub id, split, columns, gold format), aliases, the paper's reference numbers;
+- `hub`: presets from the hub, one probe of it, the cache only where it is out of reach, one line naming the fix;
 - `problems`: benchmark rows as problems, their fingerprint, their prompts;
 - `sampling`: per-sample seeds;
+- `dtypes`: the dtype an evaluation asks for (`--dtype`, else the recipe's `bf16`, else auto) and its one line;
 - `backends`: vLLM, and the CPU generation engine on a saved model;
 - `verdicts`: the reward library's verifier as evaluation verdicts;
 - `code`: code benchmarks, whose programs the code reward's sandbox runs on their tests (pass@k, no maj@k);
 - `tool_eval`: evaluation with the Python tool at a call budget (the training rollout's loop, every turn kept);
-- `report`: summaries, their markdown, comparison tables across runs;
+- `report`: summaries, their markdown, comparison tables across runs (a row per setting where a model has several);
+- `folders`: the default output folder, named by the settings that differ from the defaults;
 - `saved_samples`: the samples written so far, and the settings check that keeps runs from mixing;
 - `runner`: `EvalArguments`, resume checks, `run_evaluation` / `evaluate`.
 """
 
-from drgrpo.evaluation.answers import (
+from drgrpo.data.golds import (
     ANSWER_FORMATS,
     auto_answer,
     gsm8k_final_answer,

@@ -122,10 +122,25 @@ class TransformersBackend:
         # A LoRA adapter folder loads as its base with the adapter merged in (drgrpo/core/adapters.py).
         model = load_causal_lm(model_path, dtype=load_dtype).to(self.device).eval()
         self.model = GenerationWeights(getattr(torch, name)).for_generation(model, 0)
+        # What `computes()` reports; the loaded model itself is not kept (the copy, when there is one, is enough).
+        self.copied, self.loaded_dtype = self.model is not model, str(load_dtype).removeprefix("torch.")
         self.tokenizer = tokenizer
         self.eos_ids = _eos_ids(model.generation_config, tokenizer, extra_eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.forwards = 0  # model calls of the engine so far
+
+    def computes(self) -> tuple[str, str]:
+        """(the dtype the engine decodes in, on what): read from the weights it generates with (a copy's packed linear
+        layers included), not from the dtype asked for; the engine runs no autocast, so the weights' dtype is the
+        matmuls' dtype."""
+        from drgrpo.algorithm.rollout.weights import PackedLinear
+
+        dtypes = {p.dtype for p in self.model.parameters() if p.is_floating_point()}
+        dtypes |= {m.dtype for m in self.model.modules() if isinstance(m, PackedLinear)}
+        name = "/".join(sorted(str(dtype).removeprefix("torch.") for dtype in dtypes))
+        engine = "the CPU engine" if self.device == "cpu" else f"the generation engine on {self.device}"
+        weights = f"a {name} copy of the {self.loaded_dtype} weights" if self.copied else f"the {name} weights"
+        return name, f"{engine} on {weights}, no autocast"
 
     def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
         completions = self.generate_ids(
@@ -217,6 +232,13 @@ class VLLMBackend:
         )
         self.tokenizer = tokenizer
         self.eos_ids = _eos_ids(_checkpoint_generation_config(model_path), tokenizer, extra_eos_ids)
+        self.dtype = dtype
+
+    def computes(self) -> tuple[str, str]:
+        """(the dtype vLLM holds the weights in, on what): from its model config, else the dtype asked for."""
+        config = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+        dtype = getattr(config, "dtype", None)
+        return (self.dtype if dtype is None else str(dtype).removeprefix("torch.")), "vLLM's weights"
 
     def generate(self, requests: Sequence[Request], temperature: float, top_p: float, max_new_tokens: int):
         from vllm import SamplingParams

@@ -14,7 +14,7 @@ from typing import Any
 
 from drgrpo.evaluation.verdicts import CORRECT, GOLD_UNPARSABLE, INCORRECT, NO_ANSWER
 
-CODE_TESTS = "code_tests"  # the answer format of code benchmarks (drgrpo.evaluation.answers)
+CODE_TESTS = "code_tests"  # the answer format of code benchmarks (drgrpo.data.golds)
 
 
 def code_settings(recipe: dict | None = None) -> Any:

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drgrpo.evaluation.answers import normalize_gold
+from drgrpo.data.golds import normalize_gold
+from drgrpo.evaluation.hub import load_hub_rows
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,10 @@ def load_rows(
     dataset_name: str | None = None,
     dataset_config: str | None = None,
     split: str = "test",
-    shipped: tuple[str, str] | None = None,
+    preset: str | None = None,
 ) -> list[dict]:
-    """Rows of a local file (via the data layer's loader) or of a hub dataset split. `shipped` (file, what it holds):
-    the project's local subset of the benchmark, named when the hub cannot be reached."""
+    """Rows of a local file (via the data layer's loader) or of a hub dataset split (`drgrpo.evaluation.hub`: one
+    probe of the hub, then the cache only where it is out of reach). `preset` names the benchmark in the error."""
     if data:
         from drgrpo.data import load_local
 
@@ -55,22 +56,7 @@ def load_rows(
             raise FileNotFoundError(f"Evaluation data {str(data)!r} does not exist (--data / BENCH=FILE).")
         return list(load_local(data))
     if dataset_name:
-        from datasets import load_dataset
-
-        try:
-            return list(load_dataset(dataset_name, dataset_config, split=split))
-        except (ConnectionError, OSError) as error:  # offline, or the hub is unreachable
-            from drgrpo.core.errors import ROOT, RecipeError
-
-            local = ""
-            if shipped is not None and (ROOT / shipped[0]).is_file():
-                file = shipped[0] if Path(shipped[0]).is_file() else str(ROOT / shipped[0])
-                local = f"The project ships {shipped[1]}: `make eval BENCH={file}` (--data {file}). "
-            raise RecipeError(
-                f"Cannot load {dataset_name} ({split}) from the hub: {str(error).splitlines()[0]}. {local}Without hub "
-                "access, download the benchmark file elsewhere and pass it with --data FILE (the preset still picks "
-                "the columns)."
-            ) from error
+        return load_hub_rows(dataset_name, dataset_config, split, preset)
     raise ValueError("No data: pass a benchmark preset (--benchmark) or a local file (--data FILE).")
 
 

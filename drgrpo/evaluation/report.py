@@ -96,7 +96,8 @@ def summary_markdown(summary: dict) -> str:
         "",
         f"{summary['num_problems']} problems x n={summary['n']} samples; template `{summary['prompt_template']}`, "
         f"temperature {summary['temperature']}, top_p {summary['top_p']}, max_new_tokens {summary['max_new_tokens']}, "
-        f"seed {summary['seed']}, backend {summary['backend']}.",
+        f"seed {summary['seed']}, backend {summary['backend']}"
+        + (f", dtype {summary['dtype']}." if summary.get("dtype") else "."),
         "",
         "| metric | value |",
         "|---|---|",
@@ -134,6 +135,57 @@ def _why_missing(summary: dict, metric: str) -> str:
     return why
 
 
+# What decides an evaluation's samples or its summary (eval_config.json's keys and `truncated_as_wrong`), in the order
+# a row label names them; the defaults stand in for keys that older summaries lack.
+SETTING_KEYS = (
+    "n", "temperature", "top_p", "max_new_tokens", "seed", "prompt_template", "system_prompt", "chat_template_kwargs",
+    "chat_examples", "extra_eos_tokens", "answer_extraction_mode", "dtype", "tool_max_calls", "tool_output_chars",
+    "tool_output_keep", "tool_timeout", "truncated_as_wrong", "backend",
+)  # fmt: skip
+SETTING_DEFAULTS = {"tool_max_calls": 0, "truncated_as_wrong": False}
+
+
+def _setting(summary: dict, key: str) -> str:
+    """One setting of a summary as short text (long prompts and few-shot turns cut to 24 characters)."""
+    value = summary.get(key, SETTING_DEFAULTS.get(key))
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 24 else text[:23] + "…"
+
+
+def _settings_order(summary: dict) -> tuple:
+    """A sort key of a summary's settings: numbers by value (n=1 before n=4), anything else by its text."""
+    values = [summary.get(key, SETTING_DEFAULTS.get(key)) for key in SETTING_KEYS]
+    return tuple(
+        (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, _setting(summary, k))
+        for k, v in zip(SETTING_KEYS, values, strict=True)
+    )
+
+
+def row_labels(summaries: Sequence[dict]) -> list[str]:
+    """Each summary's row in a comparison: its model, and where the model has several evaluations of one benchmark,
+    the settings that tell them apart (`m (n=4, temperature=1.0)`), so two settings stand side by side as rows.
+    Evaluations that differ in nothing but their problems, or not at all, are refused: one cell cannot hold both."""
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    for summary in summaries:
+        by_cell.setdefault((summary["model"], summary["benchmark"]), []).append(summary)
+    differing: dict[str, list[str]] = {}
+    for (model, benchmark), group in by_cell.items():
+        if len(group) < 2:
+            continue
+        keys = [k for k in SETTING_KEYS if len({_setting(s, k) for s in group}) > 1]
+        if not keys or len({tuple(_setting(s, k) for k in keys) for s in group}) < len(group):
+            sizes = sorted({str(s.get("num_problems", "?")) for s in group})
+            same = "the same settings" + (f" on {' and '.join(sizes)} problems" if len(sizes) > 1 else "")
+            raise ValueError(f"Two evaluations of {model} on {benchmark} with {same}; pass only one of their folders.")
+        differing[model] = [k for k in SETTING_KEYS if k in differing.get(model, []) or k in keys]
+    return [
+        f"{s['model']} ({', '.join(f'{k}={_setting(s, k)}' for k in differing[s['model']])})"
+        if s["model"] in differing
+        else s["model"]
+        for s in summaries
+    ]
+
+
 def comparison_table(
     summaries: Sequence[dict],
     metric: str = "pass@1",
@@ -141,7 +193,9 @@ def comparison_table(
     reference_metric: str = "greedy pass@1",
 ) -> str:
     """One markdown table, models as rows and benchmarks as columns (like the Dr.GRPO paper's Table 4), in percent,
-    each row labelled with its metric; a note under the table for every empty cell says why it is empty.
+    each row labelled with its metric; a note under the table for every empty cell says why it is empty. A model
+    evaluated on one benchmark with several settings (`N=1` greedy and `N=4` sampled) has a row per setting, each
+    labelled with the settings that differ (`row_labels`).
 
     `references` adds rows of published numbers ({row label: {benchmark: percent}}) measured with `reference_metric`
     (the paper's Table 4: greedy pass@1), labelled as such whatever `metric` the runs are shown in. The average is
@@ -151,15 +205,21 @@ def comparison_table(
     cells: dict[str, dict[str, float | None]] = {}
     row_metric: dict[str, str] = {}
     missing: dict[tuple[str, str], str] = {}
+    labels = row_labels(summaries)
+    # Rows in the models' order, a model's settings rows from the smallest n (greedy before sampled) up.
+    first: dict[str, int] = {}
     for summary in summaries:
-        row = cells.setdefault(summary["model"], {})
-        row_metric[summary["model"]] = metric
-        if summary["benchmark"] in row:
-            raise ValueError(f"Two evaluations of {summary['model']} on {summary['benchmark']}; pass only one.")
+        first.setdefault(summary["model"], len(first))
+    ordered = sorted(
+        zip(summaries, labels, strict=True), key=lambda pair: (first[pair[0]["model"]], _settings_order(pair[0]))
+    )
+    for summary, label in ordered:
+        row = cells.setdefault(label, {})
+        row_metric[label] = metric
         value = summary.get(metric)
         row[summary["benchmark"]] = None if value is None else 100 * value
         if value is None:
-            missing[(summary["model"], summary["benchmark"])] = _why_missing(summary, metric)
+            missing[(label, summary["benchmark"])] = _why_missing(summary, metric)
     for label, values in (references or {}).items():
         cells[label] = dict(values)
         row_metric[label] = reference_metric
@@ -169,9 +229,9 @@ def comparison_table(
     # How many problems each run had: in the column title when every run of the benchmark had the same number (an
     # evaluation cut with --max_problems is not the benchmark), else in each cell.
     sizes: dict[str, dict[str, int]] = {}
-    for summary in summaries:
+    for summary, label in zip(summaries, labels, strict=True):
         if isinstance(summary.get("num_problems"), int):
-            sizes.setdefault(summary["benchmark"], {})[summary["model"]] = summary["num_problems"]
+            sizes.setdefault(summary["benchmark"], {})[label] = summary["num_problems"]
     titles = []
     for benchmark in benchmarks:
         title = PRESETS[benchmark].title if benchmark in PRESETS else benchmark

@@ -6,7 +6,6 @@ import functools
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,13 @@ from drgrpo.core.adapters import tokenizer_folder
 from drgrpo.core.errors import command_flag
 from drgrpo.core.models import resolve_model
 from drgrpo.core.threads import adapt_torch_threads
-from drgrpo.evaluation.answers import ANSWER_FORMATS
+from drgrpo.data.golds import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
-from drgrpo.evaluation.benchmarks import PRESETS, SHIPPED_SUBSETS, resolve_preset
+from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
+from drgrpo.evaluation.dtypes import EvalPrecision, precision_line, resolve_precision
+from drgrpo.evaluation.folders import default_output_dir
+from drgrpo.evaluation.folders import sanitize as _sanitize
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
 from drgrpo.evaluation.sampling import sample_seed
@@ -58,8 +60,8 @@ class EvalArguments:
     recipe: str | None = field(
         default=None,
         metadata={
-            "help": "Training recipe YAML whose prompt_template, system_prompt, chat_template_kwargs (and, for code "
-            "benchmarks, code_* sandbox limits) to use."
+            "help": "Training recipe YAML whose prompt_template, system_prompt, chat_template_kwargs, bf16 (the "
+            "precision, unless --dtype is set) and, for code benchmarks, code_* sandbox limits to use."
         },
     )
     prompt_template: str | None = field(
@@ -101,14 +103,19 @@ class EvalArguments:
     dtype: str = field(
         default="auto",
         metadata={
-            "help": "Generation dtype: auto, float32, bfloat16 or float16. auto: bfloat16 on a GPU; on CPU bfloat16 "
-            "where the CPU computes bf16 natively (the CPU engine's copy, as training generates), else float32."
+            "help": "Generation dtype: auto, float32, bfloat16 or float16. auto: the recipe's bf16 when it sets true "
+            "(bfloat16) or false (float32); else bfloat16 on a GPU (vLLM: its own choice), and on CPU bfloat16 where "
+            "the CPU computes bf16 natively (the CPU engine's copy, as training generates), else float32."
         },
     )
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM: GPUs per model."})
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM: share of GPU memory to use."})
     output_dir: str | None = field(
-        default=None, metadata={"help": "Output folder (default: outputs/eval/<model>/<benchmark>)."}
+        default=None,
+        metadata={
+            "help": "Output folder (default: outputs/eval/<model>/<benchmark>, with the settings that differ from the "
+            "defaults after a dash, e.g. math500-n8-t1.0 for --n 8 --temperature 1.0)."
+        },
     )
     overwrite: bool = field(
         default=False, metadata={"help": "Delete existing results in output_dir instead of resuming."}
@@ -145,10 +152,6 @@ class EvalArguments:
             logger.warning("n=%d with temperature 0: greedy samples are identical, pass@k = pass@1.", self.n)
 
 
-def _sanitize(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/").removeprefix("./")).strip("_") or "model"
-
-
 @dataclass(frozen=True)
 class ResolvedBenchmark:
     """The benchmark as the run reads it."""
@@ -183,7 +186,7 @@ def resolve_benchmark(args: EvalArguments) -> ResolvedBenchmark:
             dataset_name=preset.dataset_name,
             dataset_config=preset.dataset_config,
             split=args.split or preset.split,
-            shipped=SHIPPED_SUBSETS.get(preset.name),
+            preset=preset.name,
         )
         source = f"{preset.dataset_name} ({preset.dataset_config or 'default'}, {args.split or preset.split})"
         name = preset.name
@@ -261,7 +264,8 @@ def run_evaluation(args: EvalArguments) -> dict:
     template, system_prompt, chat_kwargs = _prompt_settings(args)
     examples = recipe_prompt_settings(args.recipe).get("chat_examples") if args.recipe else None
     mode = extraction_mode(args)
-    output_dir = Path(args.output_dir or Path("outputs/eval") / _sanitize(args.model_name_or_path) / bench.name)
+    backend_name = choose_backend(args.backend)
+    precision = resolve_precision(args.dtype, _recipe_settings(args.recipe), args.recipe, backend_name)
     config = {
         "model": args.model_name_or_path,
         "benchmark": bench.name,
@@ -277,6 +281,7 @@ def run_evaluation(args: EvalArguments) -> dict:
         "top_p": args.top_p,
         "max_new_tokens": args.max_new_tokens,
         "seed": args.seed,
+        "dtype": precision.dtype,  # precision changes the samples (a bf16 and a float32 run differ)
     }
     extra_eos_tokens = _extra_eos_tokens(args)
     if extra_eos_tokens:  # only when set, so that evaluations written before the key existed still resume
@@ -286,7 +291,15 @@ def run_evaluation(args: EvalArguments) -> dict:
     tool = ToolSession.from_recipe(args.tool_max_calls, _recipe_settings(args.recipe)) if args.tool_max_calls else None
     if tool is not None:  # B = 0 writes the config as before the tool existed
         config.update(tool.config())
-    _check_config(output_dir, config, args.overwrite)
+    # The default folder names the settings that differ from the defaults (drgrpo/evaluation/folders.py), so runs of
+    # other settings get folders of their own; the same command finds its folder again and resumes.
+    output_dir = (
+        Path(args.output_dir)
+        if args.output_dir
+        else default_output_dir(args.model_name_or_path, bench.name, config, args.max_problems, precision)
+    )
+    # A folder written before `dtype` was recorded resumes when the precision is `auto`, as it was then.
+    _check_config(output_dir, config, args.overwrite, optional=() if precision.chosen else ("dtype",))
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
 
@@ -304,7 +317,6 @@ def run_evaluation(args: EvalArguments) -> dict:
         for s in range(args.n)
         if (p.index, s) not in done
     ]
-    backend_name = choose_backend(args.backend)
     total = len(bench.problems) * args.n
     if done:
         logger.info("Resuming %s: %d of %d samples already written.", output_dir, total - len(pending), total)
@@ -312,7 +324,7 @@ def run_evaluation(args: EvalArguments) -> dict:
         try:
             _generate_and_write(
                 args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode,
-                tool,
+                tool, precision,
             )  # fmt: skip
         except KeyboardInterrupt:
             saved = len(read_samples(samples_path))
@@ -342,15 +354,17 @@ def run_evaluation(args: EvalArguments) -> dict:
 
 
 def _generate_and_write(
-    args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode, tool=None
-) -> None:
+    args, model_path, backend_name, tokenizer, bench, prompts, pending, samples_path, extra_eos_ids, mode, tool=None,
+    precision: EvalPrecision | None = None,
+) -> None:  # fmt: skip
     from tqdm.auto import tqdm
 
+    precision = precision or EvalPrecision(args.dtype, f"dtype {args.dtype}", args.dtype != "auto")
     if backend_name == "vllm":
         backend = VLLMBackend(
             model_path,
             tokenizer,
-            dtype=args.dtype,
+            dtype=precision.dtype,
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=args.gpu_memory_utilization,
             seed=args.seed,
@@ -358,11 +372,12 @@ def _generate_and_write(
         )
         batch_size = args.batch_size or 1024
     else:
-        backend = TransformersBackend(model_path, tokenizer, dtype=args.dtype, extra_eos_ids=extra_eos_ids)
-        logger.warning("evaluation precision: %s", backend.precision)
+        backend = TransformersBackend(model_path, tokenizer, dtype=precision.dtype, extra_eos_ids=extra_eos_ids)
         batch_size = args.batch_size or 32
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
+    # The stage's one precision line, read from the built backend: what it computes in, not what was asked for.
+    logger.warning(precision_line(*backend.computes(), precision.why))
     golds = {p.index: p.gold for p in bench.problems}
     questions = {p.index: p.question for p in bench.problems}
     grade = functools.partial(grade_completions, extraction_mode=mode)

@@ -41,14 +41,17 @@ def read_samples(path: Path) -> list[dict]:
     return rows
 
 
-def _check_config(output_dir: Path, config: dict, overwrite: bool) -> None:
+def _check_config(output_dir: Path, config: dict, overwrite: bool, optional: tuple[str, ...] = ()) -> None:
+    """Refuse to resume a folder whose run had other settings; `optional`: keys a folder written before they were
+    recorded may lack (compared only when the folder has them)."""
     config_path = output_dir / CONFIG_FILE
     if overwrite:
         for name in (SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, CONFIG_FILE):
             (output_dir / name).unlink(missing_ok=True)
     elif config_path.exists():
         previous = json.loads(config_path.read_text())
-        changed = sorted(k for k in set(previous) | set(config) if previous.get(k) != config.get(k))
+        keys = (set(previous) | set(config)) - {k for k in optional if k not in previous}
+        changed = sorted(k for k in keys if previous.get(k) != config.get(k))
         if changed:
             details = "; ".join(f"{k}: {previous.get(k)!r} -> {config.get(k)!r}" for k in changed)
             raise ValueError(

@@ -85,9 +85,11 @@ def warm_start(base: Path, train_file: Path, output_dir: Path, settings: DemoSet
     return output_dir
 
 
-def held_out_summary(model_dir: Path, test_file: Path, output_dir: Path, max_new_tokens: int) -> dict:
-    """Greedy evaluation on the held-out problems by the project's evaluator (the same grader as training)."""
+def held_out_summary(model_dir: Path, test_file: Path, output_dir: Path, max_new_tokens: int, bf16: bool) -> dict:
+    """Greedy evaluation on the held-out problems by the project's evaluator (the same grader as training), in the
+    precision the run generated in (`bf16`: its resolved key), as the start-up precision line says."""
     from drgrpo.evaluation import evaluate
+    from drgrpo.evaluation.backends import training_precision_dtype
 
     return evaluate(
         model_path=str(model_dir),
@@ -101,6 +103,7 @@ def held_out_summary(model_dir: Path, test_file: Path, output_dir: Path, max_new
         output_dir=str(output_dir),
         overwrite=True,  # the demo rebuilds its models each run: never resume from an earlier run's samples
         progress=False,
+        dtype=training_precision_dtype(bf16),
     )
 
 
@@ -132,7 +135,8 @@ def run_demo(settings: DemoSettings) -> dict:
     rl_seconds = time.perf_counter() - rl_start
 
     def accuracy(model: Path, name: str) -> float:
-        return held_out_summary(model, data["test"], out / "eval" / name, training_args.max_completion_length)["pass@1"]
+        budget, bf16 = training_args.max_completion_length, training_args.bf16
+        return held_out_summary(model, data["test"], out / "eval" / name, budget, bf16)["pass@1"]
 
     metrics = {
         "accuracy_untrained": accuracy(base, "untrained"),

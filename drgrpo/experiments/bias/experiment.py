@@ -57,11 +57,12 @@ def machine_facts() -> str:
     )
 
 
-def held_out_accuracy(model_dir: Path, test_file: Path, output_dir: Path, max_new_tokens: int) -> float:
-    """Greedy pass@1 on the held-out problems by the project's evaluator (the grader of training)."""
+def held_out_accuracy(model_dir: Path, test_file: Path, output_dir: Path, max_new_tokens: int, bf16: bool) -> float:
+    """Greedy pass@1 on the held-out problems by the project's evaluator (the grader of training), in the precision
+    the runs generated in (`bf16`)."""
     from drgrpo.experiments.demo import held_out_summary
 
-    return held_out_summary(model_dir, test_file, output_dir, max_new_tokens)["pass@1"]
+    return held_out_summary(model_dir, test_file, output_dir, max_new_tokens, bf16)["pass@1"]
 
 
 def train_one(recipe: str, model: Path, train_file: Path, output_dir: Path, seed: int, overrides: tuple[str, ...]):
@@ -108,8 +109,8 @@ def run_bias(settings: BiasSettings) -> dict:
             algorithm = "dr_grpo" if args.dr_grpo else "grpo"
             budget = args.max_completion_length
             if before is None:
-                before = held_out_accuracy(model, data["test"], out / "eval" / "before_rl", budget)
-            after = held_out_accuracy(out / "runs" / name, data["test"], out / "eval" / name, budget)
+                before = held_out_accuracy(model, data["test"], out / "eval" / "before_rl", budget, args.bf16)
+            after = held_out_accuracy(out / "runs" / name, data["test"], out / "eval" / name, budget, args.bf16)
             history = trainer.state.log_history
             runs.append(run_record(seed, algorithm, history, before, after, seconds, settings.edge_fraction))
             histories[(algorithm, seed)] = history

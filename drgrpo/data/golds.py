@@ -1,4 +1,10 @@
-"""Gold answers: each benchmark stores its answer differently; these bring them to one plain answer string."""
+"""Gold readers: each dataset stores its gold answer differently; these bring it to one plain answer string.
+
+One registry, `ANSWER_FORMATS`, serves training's `answer_extraction` (drgrpo.data.sources, the `answer` column the
+rewards see, and `--show_prompts`) and evaluation's `--answer_format` (drgrpo.evaluation.problems): the same name is
+the same function, so a problem is rewarded against the gold it is evaluated against. Training's names `none` and
+`boxed` are the evaluator's `plain` and `last_boxed`.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,8 @@ from typing import Any
 def gsm8k_final_answer(text: str) -> str | None:
     """GSM8K's gold: the text after the last `####` of the worked solution, without thousands separators.
 
-    Cobbe et al. (2021), GSM8K: every solution ends with `#### <number>`.
+    Cobbe et al. (2021), GSM8K (github.com/openai/grade-school-math): every solution ends with `#### <number>`.
+    Only separators are dropped (`1,000` -> `1000`); other commas separate items (`3, 5` stays a list).
     """
     if "####" not in text:
         return None
@@ -22,11 +29,12 @@ def gsm8k_final_answer(text: str) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last complete `\\boxed{...}` (or `\\fbox{...}`) in `text`; None if there is none.
+    """The final run of complete `\\boxed{...}` (or `\\fbox{...}`, `\\boxed 5`) in `text` as one answer; None if none.
 
     How MATH and Minerva-Math mark the final answer inside a worked solution (Hendrycks et al. 2021; Lewkowycz et
-    al. 2022). The reward library's extractor, so that a gold is read exactly as the verifier reads answers: a final
-    run of boxes (`\\boxed{1} and \\boxed{2}`) is one answer listing every box, never only the last.
+    al. 2022). The reward library's extractor (`rewards.extract.last_boxed_group`), so that a gold is read exactly as
+    the verifier reads answers: braces nest, an unclosed box is no box, and a final run of boxes (`\\boxed{1} and
+    \\boxed{2}`) is one answer listing every box (`1, 2`), never only the last.
     """
     from rewards.extract import last_boxed_group
 
@@ -64,7 +72,7 @@ def list_answer(value: Any) -> str | None:
 
 
 def number_answer(value: Any) -> str | None:
-    """A gold stored as a number (AMC's `27.0`) as the shortest exact string: `27`, `0.5`, `-3`."""
+    """A gold stored as a number (AMC's `27.0`, a csv column's floats) as the shortest exact string: `27`, `0.5`."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -106,20 +114,32 @@ def auto_answer(value: Any) -> str | None:
     return plain_answer(text)
 
 
+def _of_text(read: Callable[[str], str | None]) -> Callable[[Any], str | None]:
+    return lambda value: None if value is None else read(str(value))
+
+
 ANSWER_FORMATS: dict[str, Callable[[Any], str | None]] = {
     "auto": auto_answer,
     "plain": plain_answer,
-    "gsm8k": lambda value: gsm8k_final_answer(str(value)) if value is not None else None,
-    "last_boxed": lambda value: last_boxed(str(value)) if value is not None else None,
+    "none": plain_answer,
+    "gsm8k": _of_text(gsm8k_final_answer),
+    "last_boxed": _of_text(last_boxed),
+    "boxed": _of_text(last_boxed),
     "list": list_answer,
     "number": number_answer,
     # Code problems: the "gold" is the test cases (as JSON), graded by running the program (drgrpo.evaluation.code).
     "code_tests": lambda value: None if value in (None, "") else value if isinstance(value, str) else json.dumps(value),
 }
+LIST_FORMATS = ("auto", "list", "code_tests")  # the formats that read a list-valued gold (the others: its text)
+
+
+def check_answer_format(value: str, where: str) -> None:
+    """Raise a `ValueError` naming `where` (the key) and every format when `value` is not one of `ANSWER_FORMATS`."""
+    if value not in ANSWER_FORMATS:
+        raise ValueError(f"{where}={value!r} is unknown. Choose one of: {', '.join(ANSWER_FORMATS)}.")
 
 
 def normalize_gold(value: Any, answer_format: str) -> str | None:
     """The gold answer string for `value` stored in `answer_format`; None when no answer can be read from it."""
-    if answer_format not in ANSWER_FORMATS:
-        raise ValueError(f"Unknown answer_format {answer_format!r}. Choose one of: {', '.join(ANSWER_FORMATS)}.")
+    check_answer_format(answer_format, "answer_format")
     return ANSWER_FORMATS[answer_format](value)
