@@ -87,10 +87,13 @@ demo-tools: smollm2
 demo-tiny: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/demo_tiny.py $(ARGS)
 
+# With ACCELERATE_CONFIG, a config that runs on GPUs (use_cpu: false) on a machine without one stops before the launch,
+# in one line naming the CPU config (drgrpo/setup/gpu_launch.py; the bare `accelerate launch` ends in one line too).
 train: install
 ifeq ($(ACCELERATE_CONFIG),)
 	$(PY) scripts/train.py $(RECIPE) $(ARGS)
 else
+	@$(PY) -m drgrpo.setup.gpu_launch $(ACCELERATE_CONFIG)
 	$(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) scripts/train.py $(RECIPE) $(ARGS)
 endif
 
@@ -140,7 +143,9 @@ score: install
 # Evaluate a checkpoint: `make eval MODEL=outputs/demo/model BENCH=math500 [N=8]`; BENCH is a preset (aime24 amc amc23
 # math500 minerva olympiadbench gsm8k), a local file, several of them in quotes, or `paper` (the Dr.GRPO paper's Table 4
 # suite: aime24 amc math500 minerva olympiadbench, with truncated samples counted wrong as in the paper). N > 1 samples at TEMPERATURE 1.0 (pass@k, maj@k), N = 1 is greedy. TEMPLATE or EVAL_RECIPE
-# (the training recipe) set the prompt. Rerunning resumes; results in outputs/eval/<model>/<benchmark>/.
+# (the training recipe) set the prompt; EVAL_RECIPE's bf16 sets the precision (ARGS="--dtype ..." overrides it). Results
+# in outputs/eval/<model>/<benchmark>[-<settings>]/, the settings that differ from the defaults (N=8: math500-n8-t1.0);
+# rerunning the same command resumes there. A preset the hub cannot serve (offline, not cached) stops in one line.
 # Code benchmarks (pass@k of programs run in the code reward's sandbox): BENCH=apps, or a local file with
 # ARGS="--answer_column verification_info --answer_format code_tests" (EVAL_RECIPE's code_* keys set the limits).
 PAPER_SUITE := aime24 amc math500 minerva olympiadbench
@@ -176,7 +181,8 @@ eval-demo: smollm2
 	$(PY) scripts/compare_evals.py outputs/eval-demo --metric pass@1
 	$(PY) scripts/compare_evals.py outputs/eval-demo --metric pass@$(DEMO_EVAL_N)
 
-# Evaluations side by side, models x benchmarks: `make eval-compare [EVALS="outputs/eval/a outputs/eval/b"]`
+# Evaluations side by side, models x benchmarks (a row per setting where a model has several, e.g. N=1 and N=4):
+# `make eval-compare [EVALS="outputs/eval/a outputs/eval/b"]`
 # (ARGS="--metric maj@8 --paper" for another metric and the paper's Oat-Zero rows).
 EVALS ?= outputs/eval
 eval-compare: install

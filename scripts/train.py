@@ -15,6 +15,7 @@ import sys
 from drgrpo.core.errors import run_main
 from drgrpo.recipe.cli import parse_recipe, require_recipe
 from drgrpo.recipe.preflight import explain_recipe
+from drgrpo.setup.gpu_launch import check_launched_worker
 
 
 def main() -> None:
@@ -40,6 +41,8 @@ def main() -> None:
                 )
             )
             return
+    # A multi-GPU launch (accelerate launch, torchrun) on a machine without GPUs: one line from rank 0, then it ends.
+    check_launched_worker(argv)
     script_args, training_args, model_args = parse_recipe(argv)
     from drgrpo.run.training import train  # torch, TRL: imported once the recipe has passed its checks
 
