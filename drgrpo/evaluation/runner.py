@@ -203,14 +203,14 @@ _TEMPLATE_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs", "e
 
 
 def _recipe_settings(recipe: str | Path | None) -> dict:
-    """Every key of a training recipe YAML ({} without one)."""
-    from drgrpo.recipe.file import read_recipe  # bad YAML, a key written twice, not a mapping: one line
+    """Every key of a training recipe YAML, typed as training reads it ({} without one)."""
+    from drgrpo.recipe.cli import recipe_values  # bad YAML, a key written twice, a wrong value: one line
 
     if recipe is None:
         return {}
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"recipe {str(recipe)!r} not found.")
-    return read_recipe(recipe)
+    return recipe_values(recipe)
 
 
 def recipe_prompt_settings(recipe: str | Path) -> dict:

@@ -9,7 +9,7 @@ Modules, each importing only the ones listed before it:
 - `batch_rules`: whole-number batch settings that satisfy every batch rule at a world size (pure);
 - `config_errors`: TRL's and transformers' config errors said again in the recipe's keys, with a fix;
 - `parser`: `RecipeParser`, TRL's `TrlParser` with grouped `--help` and one-line errors;
-- `cli`: `parse_recipe`, the whole parse of a recipe command line;
+- `cli`: `recipe_values`, the one reader of a recipe and its command line, and `parse_recipe`, the whole parse;
 - `preflight`: a recipe parsed for any target world size (`--explain`, `--show_prompts`, the planner);
 - `launch_script`: a verl launch script's words as bash passes them (variables and `$((...))` expanded);
 - `verl_config`: a verl config file as verl reads it, verl's keys and defaults, and verl's own checks;

@@ -110,7 +110,8 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
 
 
 def command_line_values(argv: Sequence[str]) -> dict[str, list[str]]:
-    """`{key: [values]}` of the `--key v1 [v2 ...]` / `--key=value` tokens of an argv (`[]` for a bare `--flag`)."""
+    """`{key: [raw strings]}` of an argv's `--key v1 [v2 ...]` / `--key=value` tokens (`[]` for a bare `--flag`): a
+    look before torch loads (`drgrpo.setup.gpu_launch`); recipes are read by `drgrpo.recipe.cli.recipe_values`."""
     values: dict[str, list[str]] = {}
     key = None
     for token in argv:

@@ -6,9 +6,9 @@ them. Before the keys, `--help` lists the flags to run before training (`--expla
 Each key is put in the group of the class that declares it (the project's own classes first, else the library
 class it comes from), so a key added to a dataclass lands in the right group without being listed here.
 
-Argparse errors (a bad value on the command line) raise a `RecipeError` instead of printing the usage of every key;
-`check_value` checks a recipe file's values the way argparse checks command-line strings, so that a bad recipe
-value is reported with its key, value, file and the expected type before the config objects are built.
+Argparse errors raise a `RecipeError` instead of printing the usage of every key; a bad value, on the command line
+or in a recipe, is said with its key, value, place and expected type (`check_value`). Keys are never abbreviated, and
+`--key null` (`NULL_VALUES`) gives None for a key whose type admits it, as `key: null` does in a recipe file.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 from transformers import TrainingArguments
 from trl import GRPOConfig, ModelConfig, TrlParser
@@ -33,6 +33,8 @@ from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.output_guard import OutputDirArguments
 from rewards import RewardArguments
 
+# A command-line value that unsets an optional key (YAML's spellings of null, and Python's): `--dataset_path null`.
+NULL_VALUES = frozenset({"null", "Null", "NULL", "~", "None"})  # not "none": a value of report_to, scale_rewards
 USAGE = "python scripts/train.py RECIPE.yaml [--key value ...]   (--help-all: every key)"
 # What to run before training, printed first by --help: the flags a user needs on a login node, before the keys.
 BEFORE_TRAINING = """before training (no GPU, no model weights):
@@ -125,12 +127,13 @@ class RecipeParser(TrlParser):
 
     def __init__(self, dataclass_types: tuple[type, ...], *, help_all: bool = False) -> None:
         self.help_all = help_all
-        self.unset_keys: tuple[str, ...] = ()  # `--key null` on the command line: None over the recipe's value
+        self.optional_keys: set[str] = set()  # the keys whose type admits None: the ones `--key null` may unset
         self._key_groups: dict[str, argparse._ArgumentGroup] = {}
         epilog = None if help_all else "Most TRL and transformers keys are hidden here: --help-all lists every key."
         super().__init__(
             dataclass_types,
             usage=USAGE,
+            allow_abbrev=False,
             description=BEFORE_TRAINING,
             epilog=epilog,
             formatter_class=KeyHelpFormatter,
@@ -145,6 +148,8 @@ class RecipeParser(TrlParser):
         fields.sort(key=lambda pair: _position(*pair))
         for cls, field in fields:
             field.type = type_hints[field.name]
+            if type(None) in get_args(field.type):
+                self.optional_keys.add(field.name)
             before = len(self._actions)
             self._parse_dataclass_field(self._key_groups[group_title(cls)], field)
             hidden = not self.help_all and _is_library(cls) and field.name not in COMMON_LIBRARY_KEYS
@@ -153,9 +158,24 @@ class RecipeParser(TrlParser):
                 if hidden or action.option_strings[0].startswith("--no_"):
                     action.help = argparse.SUPPRESS
 
-    def set_defaults_with_config(self, **kwargs: Any) -> list[str]:
-        """TRL's recipe values as defaults, then None for the keys the command line unsets (`unset_keys`)."""
-        return super().set_defaults_with_config(**{**kwargs, **dict.fromkeys(self.unset_keys)})
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        """A command-line value typed by argparse; None for `--key null` (an optional key only); a wrong value said
+        with its key, value and type."""
+        if len(arg_strings) == 1 and arg_strings[0] in NULL_VALUES:
+            if action.dest not in self.optional_keys:
+                key = action.dest
+                raise UsageError(
+                    f"command line: --{key} {arg_strings[0]}: {key} cannot be unset, it always has a value; give one "
+                    f"(`python scripts/train.py --help` lists its type and default), or leave --{key} out to keep the "
+                    "recipe's."
+                )
+            return None
+        try:
+            return super()._get_values(action, arg_strings)
+        except argparse.ArgumentError:
+            for value in arg_strings:
+                check_value(action.dest, value, action, "command line")
+            raise
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"command line: {message}. `python scripts/train.py --help` lists the keys and their types.")
@@ -223,7 +243,7 @@ def check_value(key: str, value: Any, action: argparse.Action, where: str) -> No
 
 
 def check_values(parser: argparse.ArgumentParser, values: Mapping[str, Any], where: str) -> None:
-    """`check_value` for every known key of `values` (a recipe mapping, or the command line's raw strings)."""
+    """`check_value` for every known key of a recipe mapping `values`."""
     actions = actions_by_key(parser)
     for key, value in values.items():
         if key in actions:

@@ -3,7 +3,7 @@
 `--explain`, `--show_prompts` and the planner (`drgrpo.planning`) inspect a recipe meant for a world size this
 machine does not have. `parse_for_planning` parses it with the pre-flight batch stand-ins (`drgrpo.recipe.cli`)
 and returns the recipe's own batch values beside the parsed arguments, for the caller to check at the target
-world size.
+world size. The planner reads a recipe's own keys with `recipe_values`, the one reader (`drgrpo.recipe.cli`).
 """
 
 from __future__ import annotations
@@ -14,31 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from drgrpo.core.errors import RecipeError
 from drgrpo.recipe.batch_rules import eval_batch_problem
-from drgrpo.recipe.cli import BATCH_KEYS, parse_recipe, require_recipe
-from drgrpo.recipe.file import read_header, read_recipe, recipe_argv, recipe_path
-
-
-def recipe_values(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The values the recipe file sets, updated by `--key value` / `--key=value` command-line overrides."""
-    values = dict(read_recipe(path))  # a key written twice is refused here too
-    tokens = list(overrides)
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        index += 1
-        if not token.startswith("--"):
-            continue
-        key, has_value, raw = token[2:].partition("=")
-        if not has_value:
-            has_next = index < len(tokens) and not tokens[index].startswith("--")
-            raw = tokens[index] if has_next else "true"
-            index += has_next
-        values[key.replace("-", "_")] = yaml.safe_load(raw)
-    return values
+from drgrpo.recipe.cli import BATCH_KEYS, parse_values, recipe_values, require_recipe
+from drgrpo.recipe.file import read_header, recipe_argv, recipe_path
 
 
 def parse_for_planning(recipe: str | Path, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -57,7 +36,7 @@ def parse_for_planning(recipe: str | Path, overrides: Sequence[str] = ()) -> tup
     from drgrpo.data.sources import data_sources
 
     values = recipe_values(recipe, overrides)
-    script_args, args, model_args = parse_recipe([str(recipe), *overrides], preflight=True)
+    script_args, args, model_args = parse_values(values, recipe, preflight=True)
     try:  # a recipe without data (or with a malformed mixture) cannot train: refused here, not after a plan of it
         data_sources(script_args)
     except ValueError as error:
