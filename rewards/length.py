@@ -11,17 +11,15 @@ from rewards.report import RewardReport
 
 
 def overlong_penalty(length: int, max_length: int, buffer_length: int) -> float:
-    """DAPO's soft overlong punishment (Yu et al., arXiv 2503.14476, eq. 13).
+    """DAPO's soft overlong punishment (Yu et al., arXiv 2503.14476, eq. 13) of one length, by TRL's own formula
+    (`trl.rewards.get_soft_overlong_punishment`, which reads only each completion's length).
 
     0 if `length <= max_length - buffer_length`; `((max_length - buffer_length) - length) / buffer_length` inside
     the buffer (linear from 0 to -1); -1 beyond `max_length`.
     """
-    expected = max_length - buffer_length
-    if length <= expected:
-        return 0.0
-    if length <= max_length:
-        return (expected - length) / buffer_length
-    return -1.0
+    from trl.rewards import get_soft_overlong_punishment  # here: importing `rewards` stays cheap
+
+    return get_soft_overlong_punishment(max_length, buffer_length)([range(length)])[0]
 
 
 def cosine_scaled(
@@ -66,7 +64,8 @@ def _resolve_length(value: int | None, fallback: int | None, key: str) -> int:
 
 
 class OverlongReward:
-    """`overlong_penalty` of each completion's token length."""
+    """`overlong_penalty` (TRL's formula) of each completion's token length, with our range checks. Under the Python
+    tool `DrGRPOTrainer._calculate_rewards` passes the policy's own ids: the tool's output never counts."""
 
     reward_range = (-1.0, 0.0)
 

@@ -20,7 +20,6 @@ from drgrpo.algorithm.dynamic_sampling import (
     concat_rows,
     dropped_outcomes,
     informative_groups,
-    pad_rows,
     stream_indices,
 )
 
@@ -43,8 +42,8 @@ def test_dropped_outcomes_split_correct_and_wrong():
 
 
 def test_rows_are_padded_like_trl():
-    prompt = torch.tensor([[7, 8]])
-    assert pad_rows(prompt, 4, 0, left=True).tolist() == [[0, 0, 7, 8]]
+    masks = concat_rows([{"prompt_mask": torch.tensor([[7, 8]])}, {"prompt_mask": torch.ones(1, 4).long()}], 99)
+    assert masks["prompt_mask"][0].tolist() == [0, 0, 7, 8]  # a mask pads with 0, not the pad token (was pad_rows)
     merged = concat_rows(
         [
             {

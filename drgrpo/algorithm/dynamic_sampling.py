@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from accelerate.utils import broadcast, broadcast_object_list
 from transformers import TrainerCallback
+from trl.trainer.utils import pad
 
 from drgrpo.algorithm import batch_logs
 from drgrpo.algorithm.advantages import combine_rewards
@@ -97,26 +98,18 @@ def round_selection(informative: list[bool], filled: int, target: int, final: bo
     return kept, equal[: missing - len(kept)]
 
 
-def pad_rows(tensor: torch.Tensor, length: int, value: float, left: bool) -> torch.Tensor:
-    """Pad the last dimension of a ``(rows, T)`` tensor to ``length`` on the left or the right."""
-    missing = length - tensor.size(1)
-    if missing <= 0:
-        return tensor
-    padding = torch.full((tensor.size(0), missing), value, dtype=tensor.dtype, device=tensor.device)
-    return torch.cat([padding, tensor] if left else [tensor, padding], dim=1)
-
-
 def concat_rows(batches: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Concatenate row-wise batches (same keys), padding every 2-D tensor to the longest as TRL pads it."""
+    """Concatenate row-wise batches (same keys), every 2-D tensor's rows padded to the longest by TRL's own
+    `trl.trainer.utils.pad` (as its generation pads them: prompts on the left, the rest on the right)."""
     merged = {}
     for key in batches[0]:
         tensors = [batch[key] for batch in batches]
         if tensors[0].dim() == 2 and key in ROW_KEYS:  # (others, e.g. rewards per function, have a fixed width)
             left, value = ROW_KEYS[key]
             value = pad_token_id if value is None else value
-            length = max(t.size(1) for t in tensors)
-            tensors = [pad_rows(t, length, value, left) for t in tensors]
-        merged[key] = torch.cat(tensors, dim=0)
+            merged[key] = pad([row for tensor in tensors for row in tensor], value, "left" if left else "right")
+        else:
+            merged[key] = torch.cat(tensors, dim=0)
     return merged
 
 

@@ -37,6 +37,17 @@ def checkpoint_step(path: str | Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def checkpoint_folders(output_dir: str | Path) -> list[Path]:
+    """The `checkpoint-N` folders of `output_dir` by step (9 before 10), complete or not; [] when there is none.
+
+    The project's one lister (resume, the output-directory guard, `make plot`). Not transformers'
+    `trainer_utils.sort_checkpoints`: importing it imports torch (`make plot` and the guard run without it), and it
+    takes any `checkpoint-<digits>...` name.
+    """
+    folders = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(folders, key=checkpoint_step)
+
+
 def _nonempty(path: Path) -> bool:
     return path.is_file() and path.stat().st_size > 0
 
@@ -91,15 +102,7 @@ def find_resumable_checkpoint(output_dir: str | Path) -> Path | None:
     Every newer folder that is incomplete is skipped with a warning that names it and the reason, so that a run
     killed while saving resumes from the checkpoint before instead of crashing or loading a truncated state.
     """
-    output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return None
-    candidates = sorted(
-        (path for path in output_dir.iterdir() if path.is_dir() and checkpoint_step(path) is not None),
-        key=checkpoint_step,
-        reverse=True,
-    )
-    for checkpoint in candidates:
+    for checkpoint in reversed(checkpoint_folders(output_dir)):
         reason = incomplete_reason(checkpoint)
         if reason is None:
             return checkpoint

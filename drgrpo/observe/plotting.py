@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drgrpo.core.checkpoints import checkpoint_step
+from drgrpo.core.checkpoints import checkpoint_folders
 from drgrpo.observe import metric_names as d
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, so that importing this module stays light
@@ -110,10 +110,7 @@ def find_trainer_state(run: str | Path) -> Path:
         return run
     if (run / TRAINER_STATE).is_file():
         return run / TRAINER_STATE
-    checkpoints = sorted(
-        (p for p in run.glob("checkpoint-*") if checkpoint_step(p) is not None and (p / TRAINER_STATE).is_file()),
-        key=checkpoint_step,
-    )
+    checkpoints = [folder for folder in checkpoint_folders(run) if (folder / TRAINER_STATE).is_file()]
     if checkpoints:
         return checkpoints[-1] / TRAINER_STATE
     raise FileNotFoundError(

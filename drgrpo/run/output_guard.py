@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drgrpo.core.checkpoints import WEIGHT_FILES, checkpoint_step
+from drgrpo.core.checkpoints import WEIGHT_FILES, checkpoint_folders
 from drgrpo.core.errors import RecipeError, UsageError, command_flag
 
 logger = logging.getLogger(__name__)
@@ -113,14 +113,6 @@ def differing_keys(recorded: Mapping[str, Any], current: Mapping[str, Any], igno
 def saved_model_files(output_dir: Path) -> list[str]:
     """Names of the model files `save_model` left at the top of `output_dir`."""
     return [name for name in MODEL_FILES if (output_dir / name).is_file()]
-
-
-def checkpoint_folders(output_dir: Path) -> list[Path]:
-    """The `checkpoint-N` folders of `output_dir`, by step."""
-    if not output_dir.is_dir():
-        return []
-    folders = [path for path in output_dir.iterdir() if path.is_dir() and checkpoint_step(path) is not None]
-    return sorted(folders, key=checkpoint_step)
 
 
 def read_record(output_dir: Path) -> dict[str, Any] | None:

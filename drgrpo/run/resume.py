@@ -15,9 +15,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from drgrpo.core.checkpoints import TRAINER_STATE, checkpoint_step, find_resumable_checkpoint, incomplete_reason
+from drgrpo.core.checkpoints import (
+    TRAINER_STATE,
+    checkpoint_folders,
+    checkpoint_step,
+    find_resumable_checkpoint,
+    incomplete_reason,
+)
 from drgrpo.core.errors import command_flag
-from drgrpo.run.output_guard import checkpoint_folders, read_record, saved_model_files
+from drgrpo.run.output_guard import read_record, saved_model_files
 
 
 def _strategy(args: Any) -> str:
