@@ -10,6 +10,7 @@ Needs no GPU and no weights. Exits 1 when the recipe has an error (each printed 
 """
 
 import argparse
+import gc
 import shlex
 import sys
 
@@ -20,6 +21,9 @@ from drgrpo.recipe.file import read_recipe
 
 
 def main() -> int:
+    # The plan builds the model on the meta device (every module, LoRA's adapters too) and exits: the cyclic garbage
+    # collector would only walk those objects again and again (about 1 s of an 8 s plan), and nothing outlives the run.
+    gc.disable()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe", help="recipe YAML file")
     parser.add_argument("--num_processes", type=int, help="training processes (default: the recipe header's)")

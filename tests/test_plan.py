@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import runpy
 import sys
@@ -172,6 +173,55 @@ def test_lora_parameters_of_the_8b_lora_recipe_by_hand():
     assert lora_parameters(QWEN3_8B, 64, "all-linear") == 174_587_904
     with pytest.raises(ValueError, match="lm_head"):
         lora_parameters(QWEN3_8B, 64, ["lm_head"])
+
+
+# GPT-2, outside the Llama layout: learned positions, Conv1D layers, a tied lm_head. By hand: per layer ln_1 and ln_2
+# 2 x 128, c_attn 64x192 + 192, attn c_proj 64x64 + 64, mlp c_fc 64x256 + 256 and c_proj 256x64 + 64 = 49,984,
+# x 2 layers = 99,968; wte 100x64 = 6,400, wpe 4096x64 = 262,144 (the largest module), ln_f 128: 368,640.
+GPT2_FIELDS = {"vocab_size": 100, "n_positions": 4096, "n_embd": 64, "n_layer": 2, "n_head": 4}
+GPT2_PARAMS, GPT2_WPE = 368_640, 4096 * 64
+
+
+def test_another_architecture_is_counted_and_planned(tmp_path):
+    """`make plan` on a model outside the four: counts from transformers' GPT-2 (meta device), LoRA through peft's
+    own target mapping (its GPT-2 default is c_attn: r x (64 + 192) per layer), model states without a GPU budget.
+    With r=64 on c_attn and both c_proj (64x64 in attention, 256x64 in the MLP): 64 x (256 + 128 + 320) x 2 layers."""
+    from transformers import GPT2Config
+
+    GPT2Config(**GPT2_FIELDS).to_json_file(tmp_path / "config.json")
+    assert count_parameters({"model_type": "gpt2", **GPT2_FIELDS}) == (GPT2_PARAMS, GPT2_WPE)
+    assert lora_parameters({"model_type": "gpt2", **GPT2_FIELDS}, 4, None) == 4 * (64 + 192) * 2
+    overrides = ["--model_name_or_path", str(tmp_path), "--lora_target_modules", "c_attn", "c_proj"]
+    report = plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo_lora.yaml", overrides=overrides)
+    assert (report.size.total_params, report.size.largest_layer_params) == (GPT2_PARAMS, GPT2_WPE)
+    assert report.size.context_length == 4096 and report.trainable_params == 64 * (256 + 128 + 320) * 2
+    assert report.ok and 3 in report.memory and report.budget is None
+    assert [f.key for f in report.findings if "Llama layout" in f.message] == ["memory"]
+    assert "Model: 0.000B parameters" in format_report(report)
+
+
+def test_lora_targets_are_read_as_training_reads_them():
+    """TRL turns a one-item target list into a string, which peft matches as a regex against the full module name:
+    `q_proj` alone targets nothing (training would stop at `get_peft_model`), `.*q_proj` every q_proj."""
+    recipe = ROOT / "recipes/qwen3_8b_drgrpo_lora.yaml"
+    (finding,) = plan_recipe(recipe, overrides=["--lora_target_modules", "q_proj"]).errors
+    assert finding.key == "lora_target_modules" and "'.*q_proj'" in finding.fix
+    assert plan_recipe(recipe, overrides=["--lora_target_modules", ".*q_proj"]).trainable_params == 36 * 64 * 8192
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"model_type": "t5"}, "model_type 't5'."),  # no causal LM
+        ({"model_type": "phi3", "vocab_size": 100}, "(AssertionError: Padding_idx"),  # its pad_token_id 32000
+    ],
+)
+def test_a_model_transformers_cannot_build_is_an_error(tmp_path, fields, says):
+    (tmp_path / "config.json").write_text(json.dumps(fields))
+    report = plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo.yaml", overrides=["--model_name_or_path", str(tmp_path)])
+    (finding,) = [f for f in report.errors if f.key == "model_name_or_path"]
+    assert "builds no causal LM for model_type" in finding.message and says in finding.message
+    assert report.size is None
 
 
 # ----------------------------------------------------------------------------------------------------------------------

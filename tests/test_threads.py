@@ -46,6 +46,17 @@ def test_others_busy_cores_subtracts_our_own_time():
     assert threads.others_busy_cores((0.0, 10.0, 5.0), (2.0, 12.0, 7.0)) == 0.0  # never negative
 
 
+def test_cpu_sample_counts_our_own_time():
+    """psutil's figures: our own CPU time follows our work, and the machine's busy time includes it."""
+    start = threads._cpu_sample()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    end = threads._cpu_sample()
+    assert end[2] - start[2] >= 0.2
+    assert end[1] - start[1] >= end[2] - start[2] - 0.05  # clock ticks of 10 ms on both sides
+
+
 def test_governor_sees_a_busy_neighbour(monkeypatch):
     """A real busy loop in another process takes one of our cores away; alone, we get all of them."""
     if threads._cpu_sample() is None:

@@ -6,11 +6,11 @@ busy, the thread on the shared core runs half the time and the other waits for i
 forward + backward, 8 x 112 tokens): 2.8 s with 2 threads and 5.2 s with 1 on a quiet machine, but 11.9 s with 2 and
 5.2 s with 1 beside a busy loop; the tiny demo's SFT ran at 62 it/s with 1 thread and 1.5 it/s with 2.
 
-So `ThreadGovernor` measures how many cores *other* processes use (busy time from `/proc/stat` minus this process's
-own CPU time, over the interval since the last look) and gives torch the cores that are left, at least one. Training
-asks it again before every step and evaluation before every batch, so a neighbour that starts or stops mid-run is
-followed within a step. A count set by the user (`DRGRPO_TORCH_THREADS=N`, or `OMP_NUM_THREADS`) is kept as it is.
-Without `/proc/stat` (macOS) torch's own default stays.
+So `ThreadGovernor` measures how many cores *other* processes use (the machine's busy time minus this process's
+own CPU time, both from psutil on any platform, over the interval since the last look) and gives torch the cores that
+are left, at least one. Training asks it again before every step and evaluation before every batch, so a neighbour
+that starts or stops mid-run is followed within a step. A count set by the user (`DRGRPO_TORCH_THREADS=N`, or
+`OMP_NUM_THREADS`) is kept as it is.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-import resource
 import time
+
+import psutil
 
 logger = logging.getLogger(__name__)
 
@@ -66,18 +67,12 @@ def fixed_thread_count(environ=os.environ) -> int | None:
     return None
 
 
-def _cpu_sample() -> tuple[float, float, float] | None:
-    """(wall time, busy CPU seconds of the whole machine, CPU seconds of this process), or None without /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    values = [int(v) for v in fields[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    busy = (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # user..steal; guest time is already in user
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return time.monotonic(), busy, own.ru_utime + own.ru_stime
+def _cpu_sample() -> tuple[float, float, float]:
+    """(wall time, busy CPU seconds of the whole machine, CPU seconds of this process)."""
+    machine, own = psutil.cpu_times(), psutil.Process().cpu_times()
+    # Not busy: idle and iowait; Linux's guest times are already counted in user and nice.
+    idle = sum(getattr(machine, name, 0.0) for name in ("idle", "iowait", "guest", "guest_nice"))
+    return time.monotonic(), sum(machine) - idle, own.user + own.system
 
 
 def others_busy_cores(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
@@ -113,9 +108,6 @@ class ThreadGovernor:
                 self.threads = self.fixed
             return self.fixed
         now = _cpu_sample()
-        if now is None:
-            self.threads = torch.get_num_threads()
-            return self.threads
         if self._last is None:  # first look: a short window of its own
             time.sleep(FIRST_WINDOW_SECONDS)
             self._last, now = now, _cpu_sample()

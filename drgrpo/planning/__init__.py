@@ -7,9 +7,9 @@ number of training processes:
   published run's for a recipe whose header names one ("Paper reproduction: Oat-Zero-1.5B");
 - whether every rollout holds whole groups of `num_generations` completions (TRL's rule; optimizer steps need not);
 - whether `max_prompt_tokens + max_completion_length` fits the model's context (and vLLM's `max_model_len`);
-- per-GPU memory for the model states under ZeRO-2 and ZeRO-3, from DeepSpeed's own estimators and a parameter
-  count computed from the model's `config.json` (a local folder, or `BUILTIN_MODEL_CONFIGS` for the hub models the
-  recipes name): no weights are downloaded and no GPU is needed;
+- per-GPU memory for the model states under ZeRO-2 and ZeRO-3, from DeepSpeed's own estimators and the parameter
+  count of the model transformers builds on the meta device from its `config.json` (a local folder, or
+  `BUILTIN_MODEL_CONFIGS` for the hub models the recipes name): no weights are downloaded and no GPU is needed;
 - one GPU's memory in generation (model states + colocated vLLM's weights, overhead and KV cache, and how many
   full-length sequences that holds against the requests per rollout) and in training (model states + the
   micro-batch's activations, with and without gradient checkpointing, + vLLM unless sleep mode frees it);
@@ -23,7 +23,8 @@ Modules, each importing only the ones listed before it (and `drgrpo.recipe` belo
 - `family_cost`: what the GRPO-family keys cost: the extra generation of dynamic sampling and the reference model of a
   KL in the reward (the keys themselves: `drgrpo.algorithm.family`);
 - `reference`: the published runs a recipe reproduces, with their schedule per rollout;
-- `model_size`: parameter counts from config.json fields (`BUILTIN_MODEL_CONFIGS` for the recipes' hub models);
+- `model_size`: parameter counts of the meta-device model, LoRA's through peft (`BUILTIN_MODEL_CONFIGS` for the
+  recipes' hub models);
 - `memory`: DeepSpeed's ZeRO model-state estimators;
 - `activations`: the bytes a training micro-batch saves for backward (transformers' modules, TRL's fused LM head);
 - `kv_cache`: colocated vLLM's share: weights, overhead, KV cache per token and the sequences it holds at once;
@@ -35,7 +36,7 @@ Modules, each importing only the ones listed before it (and `drgrpo.recipe` belo
 - `slurm`: a Slurm job's environment turned into the `accelerate launch` and `trl vllm-serve` commands.
 """
 
-from drgrpo.planning.activations import ActivationEstimate, training_activations
+from drgrpo.planning.activations import LLAMA_LAYOUT_TYPES, ActivationEstimate, training_activations
 from drgrpo.planning.batch import BatchPlan, batch_plan, per_device_multiple
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.findings import Finding
@@ -45,8 +46,6 @@ from drgrpo.planning.launch_setup import DEFAULT_GPUS_PER_NODE, LaunchSetup, rea
 from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
 from drgrpo.planning.model_size import (
     BUILTIN_MODEL_CONFIGS,
-    DEFAULT_LORA_TARGETS,
-    LLAMA_LAYOUT_TYPES,
     ModelSize,
     count_parameters,
     load_model_config,
@@ -64,7 +63,6 @@ __all__ = [
     "BatchPlan",
     "DEFAULT_GPUS_PER_NODE",
     "DEFAULT_GPU_MEMORY_GIB",
-    "DEFAULT_LORA_TARGETS",
     "Finding",
     "GIB",
     "GpuBudget",

@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# The architectures whose saved tensors the counts above follow (tests/test_plan_gpu_memory.py checks them).
+LLAMA_LAYOUT_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 # TRL 1.16's fused-head tiles (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE, trl/trainer/utils.py
 # _CHUNKED_LOGPROB_CHUNK_SIZE); tests/test_plan_gpu_memory.py reads them from the installed TRL.
 HEAD_TILE_TOKENS = 4096

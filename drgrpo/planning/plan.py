@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from drgrpo.planning.activations import training_activations
+from drgrpo.planning.activations import LLAMA_LAYOUT_TYPES, training_activations
 from drgrpo.planning.batch import BatchPlan, batch_plan
 from drgrpo.planning.context import context_findings
 from drgrpo.planning.family_cost import DynamicSamplingPlan, dynamic_sampling_plan, family_findings
@@ -17,11 +17,11 @@ from drgrpo.planning.kv_cache import vllm_memory
 from drgrpo.planning.launch_setup import LaunchSetup, nodes_for, read_accelerate_config
 from drgrpo.planning.memory import DEFAULT_GPU_MEMORY_GIB, GIB, MemoryEstimate, model_states_memory
 from drgrpo.planning.model_size import (
-    LLAMA_LAYOUT_TYPES,
     ModelSize,
     load_model_config,
-    lora_parameters,
+    meta_model,
     model_size,
+    trainable_parameters,
     with_defaults,
 )
 from drgrpo.planning.reference import REFERENCE_SCHEDULES, ReferenceSchedule, reference_findings
@@ -133,19 +133,21 @@ def plan_recipe(
             findings.append(Finding("error", "per_device_eval_batch_size", *problem))
 
     config, source = load_model_config(model_args.model_name_or_path)
-    if config is not None and config.get("model_type") in LLAMA_LAYOUT_TYPES:
-        report.size = model_size(config, source)
-    elif setup.on_gpu:
+    model, unbuilt = None, "no local config.json and not in the planner's built-in table."
+    if config is not None:
+        try:
+            model = meta_model(config)  # parameters on the meta device: shapes only, no weights
+        except Exception as error:  # an unknown model_type, none, no causal LM for it, or fields it refuses
+            detail = "" if isinstance(error, (ValueError, TypeError)) else f" ({type(error).__name__}: {error})"
+            unbuilt = f"transformers builds no causal LM for model_type {config.get('model_type')!r}{detail}."
+    if model is not None:
+        report.size = model_size(model, source)
+    elif setup.on_gpu or config is not None:  # on CPU, a model not built yet only leaves the context unchecked
         findings.append(
             Finding(
-                "error",
+                "error" if setup.on_gpu else "warning",
                 "model_name_or_path",
-                f"Cannot size {model_args.model_name_or_path!r}: "
-                + (
-                    f"model_type {config.get('model_type')!r} is not one the planner counts."
-                    if config is not None
-                    else "no local config.json and not in the planner's built-in table."
-                ),
+                f"Cannot size {model_args.model_name_or_path!r}: {unbuilt}",
                 "point model_name_or_path at a local folder holding the model's config.json, or add the model's "
                 "config fields to drgrpo.planning.model_size.BUILTIN_MODEL_CONFIGS.",
             )
@@ -167,12 +169,15 @@ def plan_recipe(
     )
     findings.extend(_generation_findings(args, setup, explicit))
 
-    if report.size is not None and config is not None:
+    if model is not None:
         if model_args.use_peft:
-            try:
-                report.trainable_params = lora_parameters(config, model_args.lora_r, model_args.lora_target_modules)
+            from trl import get_peft_config
+
+            try:  # the LoRA config training builds (drgrpo/run/training.py)
+                report.trainable_params = trainable_parameters(model, get_peft_config(model_args))
             except ValueError as error:
-                findings.append(Finding("error", "lora_target_modules", str(error), "fix lora_target_modules."))
+                fix = "fix lora_target_modules (one name alone is a regex over the full module name: '.*q_proj')."
+                findings.append(Finding("error", "lora_target_modules", str(error), fix))
         if setup.on_gpu:
             for stage in (0, 2, 3) if setup.zero_stage == 0 else (2, 3):
                 report.memory[stage] = model_states_memory(
@@ -187,7 +192,12 @@ def plan_recipe(
             dtype = model_args.dtype if model_args.dtype not in (None, "auto") else config.get("dtype")
             if report.trainable_params is None and needs_master_weights(dtype, deepspeed=bool(setup.zero_stage)):
                 report.master_weights = dtype
-            report.budget = _gpu_budget(report, args, script_args.max_prompt_tokens, config, dtype)
+            if config.get("model_type") in LLAMA_LAYOUT_TYPES:
+                report.budget = _gpu_budget(report, args, script_args.max_prompt_tokens, config, dtype)
+            else:  # activations and vLLM's KV cache follow the Llama layout's modules (activations.py)
+                why = f"model_type {config['model_type']!r}: activations and KV cache are counted for the Llama layout"
+                fix = "measure one training step's peak memory on a GPU (torch.cuda.max_memory_allocated)."
+                findings.append(Finding("warning", "memory", f"{why} only; above: model states alone.", fix))
             findings.extend(_memory_findings(report, model_args.model_name_or_path, args))
     return report
 
