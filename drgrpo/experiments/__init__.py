@@ -17,5 +17,6 @@ Modules, each importing only the ones listed before it:
 - `side_by_side`: the runs of one comparison trained at once, one spawned process each, the cores split between them;
 - `comparison`: `make compare` (SmolLM2, and its long task) and `make compare-tiny`: GRPO vs Dr.GRPO from the same
   start;
-- `bias`: `make bias` and `make bias-real`: what Dr.GRPO fixes, measured (a subpackage).
+- `bias`: `make bias` and `make bias-real`: what Dr.GRPO fixes, measured (a subpackage);
+- `tool_probe`: `make probe-tools`: task families for tool-integrated RL, the untrained SmolLM2 at B=4 and B=0 on each.
 """

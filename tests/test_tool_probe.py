@@ -1,0 +1,138 @@
+"""The tool probe (issue 45): exact answers, a one-shot example of another kind than every family, the window rule.
+
+No model: the probe itself runs on SmolLM2 (`make probe-tools`)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from drgrpo.experiments.tool_probe import (
+    EXAMPLE_IN_WORDS,
+    EXAMPLE_QUESTION,
+    EXAMPLE_WITH_TOOL,
+    FAMILIES,
+    TOOL_DESCRIPTION,
+    box_equals_output,
+    chain_problem,
+    held_out_set,
+    in_window,
+    list_sum_problem,
+    matches_kind,
+    modpow_problem,
+    probe_recipe,
+    product_problem,
+    range_count_problem,
+)
+
+
+def test_answers_by_hand():
+    assert product_problem(12345, 6789).answer == 83810205
+    # 734 * 28 = 20552; - 1519 = 19033; * 6 = 114198; + 4127 = 118325
+    chain = chain_problem(734, [("multiply", 28), ("subtract", 1519), ("multiply", 6), ("add", 4127)])
+    assert chain.answer == 118325
+    assert (
+        "Start with 734. Multiply it by 28, then subtract 1519, then multiply it by 6, then add 4127." in chain.question
+    )
+    assert modpow_problem(3, 4, 7).answer == 4  # 81 = 11 * 7 + 4
+    assert modpow_problem(2, 10, 1000).answer == 24  # 1024
+    assert list_sum_problem([12, 7, 30, 45, 8], 3).answer == 87  # 12 + 30 + 45
+    assert range_count_problem(30, 3, 2).answer == 5  # 3, 9, 15, 21, 27
+    assert range_count_problem(100, 4, 6).answer == 17  # 25 multiples of 4, less the 8 of 12
+
+
+def _recompute(family: str, question: str) -> int:
+    """The answer read back from the question's text, computed another way than the generator."""
+    numbers = [int(n) for n in re.findall(r"\d+", question)]
+    if family == "product":
+        return numbers[0] * numbers[1]
+    if family == "chain":
+        value = numbers[0]
+        for op, k in re.findall(r"(multiply it by|add|subtract) (\d+)", question, flags=re.IGNORECASE):
+            op = op.lower()
+            value = value * int(k) if op.startswith("multiply") else value + int(k) if op == "add" else value - int(k)
+        return value
+    if family == "modpow":
+        base, exponent, modulus = numbers
+        result = 1
+        for _ in range(exponent):
+            result = result * base % modulus
+        return result
+    if family == "list_sum":
+        *listed, divisor = numbers
+        return sum(n for n in listed if n % divisor == 0)
+    limit, a, b = numbers[1:]  # "from 1 to LIMIT ... by A but not by B"
+    return limit // a - limit // (a * b // __import__("math").gcd(a, b))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_held_out_answers_are_exact_and_fixed(family):
+    problems = held_out_set(family, 40, seed=0)
+    assert len({p.question for p in problems}) == 40
+    for problem in problems:
+        assert problem.answer == _recompute(family, problem.question), problem
+        assert problem.answer >= 0 and problem.question.endswith("Put your final answer in \\boxed{}.")
+        assert matches_kind(problem.question, family)
+    assert held_out_set(family, 40, seed=0) == problems  # a fixed seed: the same set every time
+    assert held_out_set(family, 10, seed=0) == problems[:10]
+    assert held_out_set(family, 10, seed=1) != problems[:10]
+
+
+def test_answers_are_not_guessable():
+    """No answer covers more than 5% of a held-out set (a constant guess would score below the window's floor)."""
+    for family in FAMILIES:
+        answers = [p.answer for p in held_out_set(family, 100)]
+        assert max(answers.count(a) for a in set(answers)) < 5, family
+
+
+@pytest.mark.parametrize("with_tool", [True, False])
+def test_the_one_shot_example_is_of_no_family_kind(with_tool):
+    recipe = probe_recipe(with_tool, {"tool_output_chars": 200, "tool_max_calls": 2, "learning_rate": 1e-5})
+    [example] = recipe["chat_examples"]
+    assert example == {"question": EXAMPLE_QUESTION, "answer": EXAMPLE_WITH_TOOL if with_tool else EXAMPLE_IN_WORDS}
+    prompt = " ".join([recipe["system_prompt"], example["question"], example["answer"]])
+    for family in FAMILIES:
+        assert not matches_kind(prompt, family), family
+    assert "\\boxed{301}" in example["answer"]
+    # Without the tool: the prompt minus the tool's description (no Python anywhere); with it: the tool's keys kept.
+    assert ("```python" in prompt and TOOL_DESCRIPTION in prompt) is with_tool
+    assert "python" not in prompt.lower() or with_tool
+    assert recipe["tool_output_chars"] == 200 and "tool_max_calls" not in recipe and "learning_rate" not in recipe
+
+
+def test_the_example_runs_as_written():
+    code = EXAMPLE_WITH_TOOL.split("```python\n")[1].split("```")[0]
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(code, {})
+    assert out.getvalue().strip() == "301"
+
+
+@pytest.mark.parametrize(
+    ("with_tool", "without_tool", "expected"),
+    [
+        (0.05, 0.0, True),  # both ends of the window included
+        (0.40, 0.04, True),
+        (0.20, 0.049, True),
+        (0.04, 0.0, False),  # below the window
+        (0.41, 0.0, False),  # above it: the prompt alone already teaches the task
+        (0.20, 0.05, False),  # without the tool must be below 5%, not at it
+        (0.99, 0.0, False),
+    ],
+)
+def test_window_rule(with_tool, without_tool, expected):
+    assert in_window(with_tool, without_tool) is expected
+
+
+def test_box_equals_output():
+    rows = [
+        {"tool_calls": 1, "completion": "x \\boxed{42}", "turns": [{"observation": "42\n"}, {"observation": None}]},
+        {"tool_calls": 2, "completion": "\\boxed{7}", "turns": [{"observation": "7"}, {"observation": "8"}]},
+        {"tool_calls": 0, "completion": "\\boxed{1}", "turns": []},  # no program: not counted
+    ]
+    assert box_equals_output(rows) == 0.5
+    assert box_equals_output([]) is None  # no program ran: nothing to compare
