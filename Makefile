@@ -24,7 +24,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install smollm2 demo demo-tools demo-tiny compare-tiny eval-demo train test lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tools probe-tools demo-tiny compare-tiny eval-demo train test test-fast lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -82,6 +82,12 @@ demo: smollm2
 demo-tools: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/demo_tools.py $(ARGS)
 
+# The task tool-integrated RL trains on, chosen before any training (issue 45): the untrained SmolLM2, greedy, on a
+# held-out set of each of five task families, with the Python tool (B=4) and without it (B=0). One table; a family is
+# in the window at 5%-40% with the tool and below 5% without (docs/tools.md, the probe). Resumes when rerun.
+probe-tools: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/probe_tool_tasks.py $(ARGS)
+
 # The tiny demo (a random-weight model, seconds per stage). One torch thread unless OMP_NUM_THREADS is set: the tiny
 # model gains nothing from a second one, and two threads beside a busy core run 40x slower.
 demo-tiny: install
@@ -98,9 +104,18 @@ else
 endif
 
 # One torch thread unless OMP_NUM_THREADS is set: the tests' models are tiny (two threads only wait on each other,
-# 40x slower beside a busy core), and the slow SmolLM2 test is sized for one thread.
+# 40x slower beside a busy core), and the slow SmolLM2 test is sized for one thread. TEST_WORKERS test processes
+# (pytest-xdist; default 2, one per core of the 2-core machines the suite is timed on: most tests are one busy
+# thread, or a subprocess waiting on one), each test file on one worker so a file's shared fixture runs once, the
+# longest files first (tests/durations.json, read by tests/conftest.py). TEST_WORKERS=1: one process, in file order.
+# `make test-fast`: the edit-run loop, every test but the `slow` end-to-end ones.
+TEST_WORKERS ?= 2
+PYTEST_WORKERS = $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 test: smollm2
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_WORKERS) $(PYTEST_ARGS)
+
+test-fast: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow" $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -25,6 +26,45 @@ PYTHON = sys.executable
 # system_python, cgroups, landlock, prlimit, pypi, smollm2, quiet_machine (the sandbox's fairness test can only judge a
 # machine not loaded past its limits). `.ci/run` sets `all`, so a test that would skip there fails instead.
 REQUIRE_ENV = "DRGRPO_REQUIRE"
+
+
+# Seconds each test file took in a recorded run (`DRGRPO_RECORD_DURATIONS=1 make test` rewrites it):
+# parallel workers take the longest files first, so that no minute-long file starts last while the other worker idles.
+# Only an order: no test reads a time from it.
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under parallel workers (`make test`: pytest-xdist, one test file per worker at a time; this runs in each
+    worker, which xdist starts with `workerinput`) files are handed out longest first (`DURATIONS_FILE`), a file not
+    recorded there right after the recorded ones that took a minute if it holds end-to-end (`slow`) tests, else last.
+    Each file's tests keep their order; one process (-n 0) keeps collection order."""
+    if not hasattr(config, "workerinput"):
+        return
+    recorded = json.loads(DURATIONS_FILE.read_text()) if DURATIONS_FILE.is_file() else {}
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+
+    def seconds(item: pytest.Item) -> float:
+        name = item.path.relative_to(ROOT).as_posix()
+        return recorded.get(name, 60.0 if item.path in slow_files else 0.0)
+
+    items.sort(key=lambda item: -seconds(item))  # stable: each file's tests stay in order, together
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With DRGRPO_RECORD_DURATIONS=1, write each file's seconds (setup, call and teardown of its tests) to
+    `DURATIONS_FILE`, from the run's own reports (in the controller, under workers)."""
+    if os.environ.get("DRGRPO_RECORD_DURATIONS") != "1" or hasattr(session.config, "workerinput"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    totals: dict[str, float] = {}
+    for reports in reporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                name = report.nodeid.split("::")[0]
+                totals[name] = totals.get(name, 0.0) + report.duration
+    ordered = {name: round(value, 1) for name, value in sorted(totals.items(), key=lambda kv: -kv[1]) if value >= 1}
+    DURATIONS_FILE.write_text(json.dumps(ordered, indent=0) + "\n")
 
 
 def default_sigint() -> None:
