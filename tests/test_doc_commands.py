@@ -734,7 +734,13 @@ def check_make(invocation: Invocation) -> None:
 
 @functools.cache
 def _source_text() -> str:
-    files = [ROOT / "Makefile", *ROOT.glob("scripts/**/*"), *ROOT.glob("drgrpo/**/*.py"), *ROOT.glob("rewards/**/*.py")]
+    files = [
+        ROOT / "Makefile",
+        *ROOT.glob("scripts/**/*"),
+        *ROOT.glob("drgrpo/**/*.py"),
+        *ROOT.glob("rewards/**/*.py"),
+        ROOT / "tests" / "conftest.py",
+    ]
     return "\n".join(path.read_text(errors="replace") for path in files if path.is_file())
 
 
