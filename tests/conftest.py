@@ -80,7 +80,19 @@ def skip_unless_required(requirement: str, reason: str) -> NoReturn:
     required = {name.strip() for name in os.environ.get(REQUIRE_ENV, "").split(",") if name.strip()}
     if requirement in required or "all" in required:
         pytest.fail(f"{reason}; {REQUIRE_ENV}={os.environ[REQUIRE_ENV]} requires {requirement!r} on this machine")
-    pytest.skip(f"{reason} (needs {requirement!r}; {REQUIRE_ENV}={requirement} or all fails this test instead)")
+    pytest.skip(reason=f"{reason} (needs {requirement!r}; {REQUIRE_ENV}={requirement} or all fails this test instead)")
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread in this process for the test: the tiny model gains nothing from threads, and on a shared CPU
+    extra threads only contend (~10x slower). Restored after the test."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -19,14 +19,7 @@ from conftest import ROOT
 
 from drgrpo.core.errors import run_main
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """The tiny model gains nothing from threads; on a shared CPU extra threads only contend."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

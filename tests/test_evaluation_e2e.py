@@ -15,18 +15,7 @@ from conftest import PYTHON, ROOT, default_sigint
 
 from drgrpo.evaluation import evaluate, pass_at_k
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """The tiny model is too small to gain from threads; on a shared CPU extra threads only contend (~10x slower)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def read_rows(folder: Path) -> list[dict]:

@@ -92,6 +92,14 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
 
 
+def hub_gave_no_answer(error: BaseException) -> bool:
+    """Whether a hub call's `error` means the hub never answered (a refused connection, no DNS, a timeout: an OSError
+    or an error of the HTTP client, without a response), as opposed to an answer (404, gated, rate-limited), whose
+    own message is the better one."""
+    from_client = isinstance(error, OSError) or "http" in type(error).__module__.lower()
+    return from_client and getattr(error, "response", None) is None
+
+
 def _cached(repo_id: str, revision: str | None) -> bool:
     from huggingface_hub import try_to_load_from_cache
 
@@ -111,8 +119,8 @@ def _hub_problem(repo_id: str, revision: str | None) -> str | None:
         model_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
     except RepositoryNotFoundError:
         return "is not a model on the Hugging Face hub (or it is private: log in with `hf auth login`)"
-    except Exception as error:  # connection refused, no DNS, timeout: the hub cannot be reached
-        if "http" in type(error).__module__.lower() or isinstance(error, OSError):
+    except Exception as error:
+        if hub_gave_no_answer(error):
             return f"is not in the Hugging Face cache and the hub cannot be reached ({type(error).__name__})"
         return None  # gated, rate-limited, ...: transformers' own message is the better one
     return None

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from drgrpo.algorithm.eos import merge_token_ids
+from drgrpo.evaluation.dtypes import generation_device
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class TransformersBackend:
         from drgrpo.algorithm.rollout.weights import GenerationWeights
         from drgrpo.core.adapters import load_causal_lm
 
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = device or generation_device()
         if self.device == "cpu":
             name, self.precision = cpu_precision(dtype)
             load_dtype = torch.float32

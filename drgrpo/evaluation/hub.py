@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from drgrpo.core.errors import ROOT, UsageError, command_flag
-from drgrpo.core.models import HUB_TIMEOUT_S, hub_offline
+from drgrpo.core.models import HUB_TIMEOUT_S, hub_gave_no_answer, hub_offline
 from drgrpo.evaluation.benchmarks import SHIPPED_SUBSETS
 
 
@@ -33,10 +33,7 @@ def hub_unreachable(dataset_name: str) -> str | None:
     try:
         HfApi().dataset_info(dataset_name, timeout=HUB_TIMEOUT_S)
     except Exception as error:
-        # No response at all (httpx's ConnectError or TimeoutException, an OSError): unreachable. An HTTP status
-        # (huggingface_hub's errors carry the response) is an answer.
-        no_answer = isinstance(error, OSError) or "http" in type(error).__module__
-        if no_answer and getattr(error, "response", None) is None:
+        if hub_gave_no_answer(error):
             return f"the hub cannot be reached from here ({type(error).__name__})"
     return None
 
