@@ -2,7 +2,7 @@
 held-out set of each task family, with the Python tool (call budget B=4) and without it (B=0); one table, and the
 families in issue 45's window (5%-40% with the tool, below 5% without).
 
-    python scripts/probe_tool_tasks.py [--num_test 100] [--families product chain ...] [--output_dir DIR]
+    python scripts/probe_tool_tasks.py [--num_test 100] [--round 2 | --families product chain ...] [--output_dir DIR]
 
 Prepares the model first if the cache lacks it (`make smollm2`); writes DIR/probe.json, probe.md, the held-out
 sets (data/), the two prompts (prompt-B4.yaml, prompt-B0.yaml) and every sample's turns (eval/). An interrupted probe
@@ -17,11 +17,13 @@ from drgrpo.core.errors import run_main
 
 
 def main() -> None:
-    from drgrpo.experiments.tool_probe import FAMILIES, ProbeSettings
+    from drgrpo.experiments.tool_probe import FAMILIES, ROUNDS, ProbeSettings
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default=ProbeSettings.output_dir)
-    parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--families", nargs="+", choices=list(FAMILIES), help="every family by default")
+    chosen.add_argument("--round", type=int, choices=list(ROUNDS), help="the families of one round of the probe")
     parser.add_argument("--num_test", type=int, default=ProbeSettings.num_test, help="held-out problems per family")
     parser.add_argument("--seed", type=int, default=ProbeSettings.seed, help="the held-out sets' seed")
     parser.add_argument(
@@ -37,7 +39,7 @@ def main() -> None:
     prepare_model(ProbeSettings.model)  # instant when `make smollm2` has run
     settings = ProbeSettings(
         output_dir=args.output_dir,
-        families=tuple(args.families),
+        families=tuple(args.families or (ROUNDS[args.round] if args.round else FAMILIES)),
         num_test=args.num_test,
         seed=args.seed,
         max_new_tokens=args.max_new_tokens,

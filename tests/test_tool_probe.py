@@ -13,17 +13,23 @@ from drgrpo.experiments.tool_probe import (
     EXAMPLE_QUESTION,
     EXAMPLE_WITH_TOOL,
     FAMILIES,
+    ROUNDS,
     TOOL_DESCRIPTION,
     box_equals_output,
+    chain2_problem,
     chain_problem,
     held_out_set,
     in_window,
     list_sum_problem,
     matches_kind,
     modpow_problem,
+    percent_of_problem,
     probe_recipe,
+    product3_problem,
     product_problem,
+    product_words_problem,
     range_count_problem,
+    square_sum_problem,
 )
 
 
@@ -40,6 +46,21 @@ def test_answers_by_hand():
     assert list_sum_problem([12, 7, 30, 45, 8], 3).answer == 87  # 12 + 30 + 45
     assert range_count_problem(30, 3, 2).answer == 5  # 3, 9, 15, 21, 27
     assert range_count_problem(100, 4, 6).answer == 17  # 25 multiples of 4, less the 8 of 12
+    # The second round's families.
+    chain2 = chain2_problem(734, 28, "subtract", 1519)  # 20552 - 1519
+    assert chain2.answer == 19033 and "Start with 734. Multiply it by 28, then subtract 1519." in chain2.question
+    assert product_words_problem(12345, 6789).answer == 83810205
+    assert "12345 multiplied by 6789?" in product_words_problem(12345, 6789).question
+    assert product3_problem(123, 45, 6789).answer == 37577115  # 5535 * 6789 = 33210000 + 4367115
+    assert square_sum_problem(1000, 2001).answer == 5004001  # 1000000 + 4004001
+    assert "1000^2 + 2001^2" in square_sum_problem(1000, 2001).question
+    assert percent_of_problem(36, 482).answer == 17352  # 36% of 48200
+    assert "36% of 48200?" in percent_of_problem(36, 482).question
+
+
+def test_rounds_name_every_family_once():
+    named = [family for families in ROUNDS.values() for family in families]
+    assert sorted(named) == sorted(FAMILIES) and len(named) == len(set(named))
 
 
 def _recompute(family: str, question: str) -> int:
@@ -47,7 +68,15 @@ def _recompute(family: str, question: str) -> int:
     numbers = [int(n) for n in re.findall(r"\d+", question)]
     if family == "product":
         return numbers[0] * numbers[1]
-    if family == "chain":
+    if family == "product_words":
+        return numbers[0] * numbers[1]
+    if family == "product3":
+        return numbers[0] * numbers[1] * numbers[2]
+    if family == "square_sum":  # "A^2 + B^2"
+        return numbers[0] ** 2 + numbers[2] ** 2
+    if family == "percent_of":
+        return numbers[0] * numbers[1] // 100
+    if family in ("chain", "chain2"):
         value = numbers[0]
         for op, k in re.findall(r"(multiply it by|add|subtract) (\d+)", question, flags=re.IGNORECASE):
             op = op.lower()

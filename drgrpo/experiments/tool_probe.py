@@ -180,6 +180,56 @@ def sample_range_count(rng: random.Random) -> Problem:
             return range_count_problem(rng.randint(1000, 9999), a, b)
 
 
+# --- The second round: families between `product` (68% with the tool, above the window) and `chain` (0%), chosen
+# after the first round's table and before any training (docs/tools.md, the probe's two rounds). ---
+
+
+def chain2_problem(start: int, factor: int, op: str, k: int) -> Problem:
+    """`chain` cut to two operations: a multiplication, then an addition or a subtraction."""
+    return chain_problem(start, [("multiply", factor), (op, k)])
+
+
+def sample_chain2(rng: random.Random) -> Problem:
+    """A start of 200-999, times 12-99, then plus or minus 100-9999 (a subtraction at most half the product)."""
+    start, factor = rng.randint(200, 999), rng.randint(12, 99)
+    op = rng.choice(("add", "subtract"))
+    k = rng.randint(100, 9999) if op == "add" else rng.randint(100, min(9999, start * factor // 2))
+    return chain2_problem(start, factor, op, k)
+
+
+def product_words_problem(a: int, b: int) -> Problem:
+    return Problem(f"What is {a} multiplied by {b}?" + SUFFIX, a * b)
+
+
+def sample_product_words(rng: random.Random) -> Problem:
+    return product_words_problem(rng.randint(10000, 99999), rng.randint(1000, 9999))
+
+
+def product3_problem(a: int, b: int, c: int) -> Problem:
+    return Problem(f"What is {a} * {b} * {c}?" + SUFFIX, a * b * c)
+
+
+def sample_product3(rng: random.Random) -> Problem:
+    return product3_problem(rng.randint(100, 999), rng.randint(12, 99), rng.randint(1000, 9999))
+
+
+def square_sum_problem(a: int, b: int) -> Problem:
+    return Problem(f"What is {a}^2 + {b}^2?" + SUFFIX, a * a + b * b)
+
+
+def sample_square_sum(rng: random.Random) -> Problem:
+    return square_sum_problem(rng.randint(1000, 9999), rng.randint(1000, 9999))
+
+
+def percent_of_problem(percent: int, hundreds: int) -> Problem:
+    """`percent`% of `hundreds` * 100: an exact integer."""
+    return Problem(f"What is {percent}% of {hundreds * 100}?" + SUFFIX, percent * hundreds)
+
+
+def sample_percent_of(rng: random.Random) -> Problem:
+    return percent_of_problem(rng.randint(11, 99), rng.randint(100, 999))
+
+
 @dataclass(frozen=True)
 class Family:
     """A task family: its name, its sampler, and what marks a question of its kind (to keep it out of the prompt)."""
@@ -197,7 +247,16 @@ FAMILIES = {
         Family("modpow", sample_modpow, (r"\^", r"\bremainder\b", r"\bmod(ulo)?\b", r"\bpow\(")),
         Family("list_sum", sample_list_sum, (r"\bdivisible\b", r"\bin the list\b", r"%")),
         Family("range_count", sample_range_count, (r"\bHow many integers\b", r"\bdivisible\b", r"%")),
+        Family("chain2", sample_chain2, (r"\bStart with\b", r"\bmultiply\b")),
+        Family("product_words", sample_product_words, (r"\bmultiplied by\b", r"\bproduct\b", r"\btimes\b")),
+        Family("product3", sample_product3, (r"\d\s*\*\s*\d",)),
+        Family("square_sum", sample_square_sum, (r"\^\s*2", r"\bsquared?\b")),
+        Family("percent_of", sample_percent_of, (r"\d\s*%", r"\bpercent\b")),
     )
+}
+ROUNDS = {  # the probe's rounds (docs/tools.md): the second chosen after the first's table, before any training
+    1: ("product", "chain", "modpow", "list_sum", "range_count"),
+    2: ("chain2", "product_words", "product3", "square_sum", "percent_of"),
 }
 
 
