@@ -95,6 +95,52 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def run_script(monkeypatch, capfd):
+    """`python SCRIPT ARGS...` run in this process, as typed from `cwd` (the clone by default) with `env` added to the
+    environment: the script's `__main__` by runpy, its exit status, stdout and stderr (file descriptors included: the
+    loggers and children of the script) as `subprocess.run` returns them. It skips a second interpreter's start and its
+    imports of torch, transformers and TRL (~9 s of CPU each); a test of what only a fresh process shows (signals,
+    start-up imports, threads at start) runs the script in a subprocess instead. The environment, the logging set-up,
+    `sys.argv` and torch's thread count are restored after each call."""
+    import logging
+    import runpy
+    import subprocess
+
+    def run(script: str, *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None):
+        capfd.readouterr()  # what the test printed before is not the script's
+        environ, root = dict(os.environ), logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        root.handlers = []  # a fresh process has none: the script's logging.basicConfig takes effect, as typed
+        threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+        try:
+            with monkeypatch.context() as patch:
+                patch.chdir(cwd)
+                patch.setattr(sys, "argv", [script, *args])
+                for key, value in (env or {}).items():
+                    patch.setenv(key, value)
+                status = 0
+                try:
+                    runpy.run_path(str(ROOT / script), run_name="__main__")
+                except SystemExit as exit_:
+                    code = exit_.code
+                    status = code if isinstance(code, int) else (0 if code is None else 1)
+                    if isinstance(code, str):
+                        print(code, file=sys.stderr)
+        finally:
+            for handler in root.handlers:
+                handler.close()
+            root.handlers, root.level = handlers, level
+            os.environ.clear()
+            os.environ.update(environ)
+            if threads is not None:
+                sys.modules["torch"].set_num_threads(threads)
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess([PYTHON, script, *args], status, out, err)
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> Path:
     """A random-weight tiny Qwen3 model + tokenizer folder, built once per test session."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import subprocess
 import sys
 import textwrap
@@ -26,19 +25,12 @@ from drgrpo.recipe.config_errors import translate_config_error
 TINY = "recipes/tiny_drgrpo.yaml"
 
 
-def run_script(monkeypatch, capsys, *argv: str, script: str = "scripts/train.py", cwd: Path = ROOT) -> tuple[int, str]:
-    """Run a script as `python script argv...` would, from `cwd`; return (exit status, stderr)."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "argv", [script, *argv])
-    with pytest.raises(SystemExit) as info:
-        runpy.run_path(str(ROOT / script), run_name="__main__")
-    return info.value.code, capsys.readouterr().err
-
-
-def the_error(status: int, stderr: str) -> str:
-    """The one `error:` line of a user error, after checking its shape: status 2, no traceback/usage (the
-    `--traceback` hint follows every user error but a `UsageError`: tests/test_first_two_hours.py)."""
-    assert status == 2, stderr[-3000:]
+def the_error(result: subprocess.CompletedProcess) -> str:
+    """The one `error:` line of a user error (a script's run: the `run_script` fixture, or a subprocess), after
+    checking its shape: status 2, no traceback/usage (the `--traceback` hint follows every user error but a
+    `UsageError`: tests/test_first_two_hours.py)."""
+    stderr = result.stderr
+    assert result.returncode == 2, stderr[-3000:]
     lines = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, stderr[-3000:]
     assert "Traceback" not in stderr and "usage:" not in stderr
@@ -108,35 +100,36 @@ def test_missing_recipe_file_fails_before_torch_is_imported():
             runpy.run_path("scripts/train.py", run_name="__main__")
         except SystemExit as exit:
             print(exit.code, "torch" in sys.modules, "trl" in sys.modules)
+            raise
         """
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([PYTHON, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert result.stdout.split() == ["2", "False", "False"], result.stderr
-    error = the_error(2, result.stderr)
+    error = the_error(result)
     assert (
         "Recipe file 'recipes/tiny_drgrpo.yml' not found" in error and "Did you mean recipes/tiny_drgrpo.yaml" in error
     )
 
 
-def test_bad_yaml_names_file_and_line(tmp_path, monkeypatch, capsys):
+def test_bad_yaml_names_file_and_line(tmp_path, run_script):
     recipe = write_recipe(tmp_path, "dr_grpo: true\nlearning_rate: [1e-6\n")
-    error = the_error(*run_script(monkeypatch, capsys, str(recipe)))
+    error = the_error(run_script("scripts/train.py", str(recipe)))
     assert f"Recipe file '{recipe}' line 3: not valid YAML" in error
 
 
 # --- values of the wrong type -----------------------------------------------------------------------------------
-def test_bad_value_in_recipe_names_key_value_file_and_type(tmp_path, monkeypatch, capsys):
+def test_bad_value_in_recipe_names_key_value_file_and_type(tmp_path, run_script):
     recipe = write_recipe(tmp_path, 'learning_rate: "fast"\nuse_cpu: true\n')
-    error = the_error(*run_script(monkeypatch, capsys, str(recipe)))
+    error = the_error(run_script("scripts/train.py", str(recipe)))
     assert error == (
         f"error: recipe {recipe}: learning_rate: 'fast' is not a number. learning_rate takes a number (default: "
         "1e-06); fix it in the recipe, or override it with --learning_rate VALUE."
     )
 
 
-def test_bad_value_on_command_line(monkeypatch, capsys):
-    error = the_error(*run_script(monkeypatch, capsys, TINY, "--max_steps", "lots"))
+def test_bad_value_on_command_line(run_script):
+    error = the_error(run_script("scripts/train.py", TINY, "--max_steps", "lots"))
     assert (
         error == "error: command line: max_steps: 'lots' is not an integer. max_steps takes an integer (default: -1)."
     )
@@ -169,8 +162,8 @@ def test_well_typed_yaml_values_pass(tmp_path):
 
 
 # --- TRL's batch divisibility, in recipe terms --------------------------------------------------------------------
-def test_batch_divisibility_explained_with_integer_fixes(monkeypatch, capsys):
-    error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_generations", "5"))
+def test_batch_divisibility_explained_with_integer_fixes(run_script):
+    error = the_error(run_script("scripts/train.py", TINY, "--num_generations", "5"))
     assert (
         "per_device_train_batch_size (64) x gradient_accumulation_steps (1) x world size (1) = 64 completions, not a "
         "multiple of num_generations (5)" in error
@@ -260,19 +253,19 @@ def test_bf16_without_a_gpu_says_what_to_do():
 
 
 # --- keys, rewards and data ----------------------------------------------------------------------------------------
-def test_unknown_key_is_one_line(monkeypatch, capsys):
-    error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_generation", "4"))
+def test_unknown_key_is_one_line(run_script):
+    error = the_error(run_script("scripts/train.py", TINY, "--num_generation", "4"))
     assert "Unknown key 'num_generation' in the command line. Did you mean 'num_generations'?" in error
 
 
 def test_unimportable_reward_module_explains_pythonpath_and_the_file_form(
-    tmp_path, tiny_model_path, addition_data, monkeypatch, capsys
+    tmp_path, tiny_model_path, addition_data, monkeypatch, run_script
 ):
     common = [TINY, "--model_name_or_path", str(tiny_model_path), "--dataset_path", str(addition_data["train"])]
     monkeypatch.delenv("PYTHONPATH", raising=False)
     error = the_error(
-        *run_script(monkeypatch, capsys, *common, "--output_dir", str(tmp_path / "a"), "--reward_funcs",
-                    "my_rewards.math:score")
+        run_script("scripts/train.py", *common, "--output_dir", str(tmp_path / "a"), "--reward_funcs",
+                   "my_rewards.math:score")
     )  # fmt: skip
     assert "Cannot import module 'my_rewards.math' (reward spec 'my_rewards.math:score')" in error
     assert "PYTHONPATH (unset)" in error and "'my_rewards/math.py:score'" in error
@@ -281,19 +274,19 @@ def test_unimportable_reward_module_explains_pythonpath_and_the_file_form(
     (tmp_path / "broken_rewards.py").write_text("1 / 0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     error = the_error(
-        *run_script(monkeypatch, capsys, *common, "--output_dir", str(tmp_path / "b"), "--reward_funcs",
-                    "broken_rewards:score")
+        run_script("scripts/train.py", *common, "--output_dir", str(tmp_path / "b"), "--reward_funcs",
+                   "broken_rewards:score")
     )  # fmt: skip
     assert "Cannot import module 'broken_rewards'" in error and "ZeroDivisionError: division by zero" in error
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_empty_dataset_file_names_file_and_split(tmp_path, tiny_model_path, addition_data, monkeypatch, capsys):
+def test_empty_dataset_file_names_file_and_split(tmp_path, tiny_model_path, addition_data, run_script):
     empty = tmp_path / "train.jsonl"
     empty.write_text("")
     error = the_error(
-        *run_script(monkeypatch, capsys, TINY, "--model_name_or_path", str(tiny_model_path), "--dataset_path",
-                    str(empty), "--output_dir", str(tmp_path / "out"))
+        run_script("scripts/train.py", TINY, "--model_name_or_path", str(tiny_model_path), "--dataset_path",
+                   str(empty), "--output_dir", str(tmp_path / "out"))
     )  # fmt: skip
     assert f"dataset_path '{empty}': the file is empty, so the training split has no rows" in error
 
@@ -309,24 +302,21 @@ def test_empty_dataset_file_names_file_and_split(tmp_path, tiny_model_path, addi
         load_prompt_dataset(args)
 
 
-def test_other_scripts_print_one_line(tmp_path, monkeypatch, capsys):
-    error = the_error(*run_script(monkeypatch, capsys, "recipes/nope.yaml", script="scripts/plan.py"))
+def test_other_scripts_print_one_line(tmp_path, run_script):
+    error = the_error(run_script("scripts/plan.py", "recipes/nope.yaml"))
     assert "Recipe file 'recipes/nope.yaml' not found" in error
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"completion": "x"}) + "\n")
-    status, stderr = run_script(
-        monkeypatch, capsys, "--input", str(tmp_path / "missing.jsonl"), script="scripts/score.py"
-    )
-    assert "missing.jsonl" in the_error(status, stderr)
+    assert "missing.jsonl" in the_error(run_script("scripts/score.py", "--input", str(tmp_path / "missing.jsonl")))
 
 
-def test_from_verl_missing_or_malformed_config_is_one_line(tmp_path, monkeypatch, capsys):
+def test_from_verl_missing_or_malformed_config_is_one_line(tmp_path, run_script):
     missing = tmp_path / "nosuch.yaml"
-    error = the_error(*run_script(monkeypatch, capsys, str(missing), script="scripts/from_verl.py"))
+    error = the_error(run_script("scripts/from_verl.py", str(missing)))
     assert f"verl config '{missing}' not found" in error
     broken = tmp_path / "broken.yaml"
     broken.write_text("actor_rollout_ref:\n  rollout: [n: 8\n")
-    error = the_error(*run_script(monkeypatch, capsys, str(broken), script="scripts/from_verl.py"))
+    error = the_error(run_script("scripts/from_verl.py", str(broken)))
     assert f"verl config '{broken}' line 3: not valid YAML (expected ',' or ']'" in error  # the list never closes
 
 
@@ -342,18 +332,20 @@ def hub_recipe(tmp_path: Path, model: Path, **data: str) -> Path:
     return path
 
 
-def test_local_file_given_as_dataset_name_says_use_dataset_path(tmp_path, tiny_model_path, monkeypatch, capsys):
+def test_local_file_given_as_dataset_name_says_use_dataset_path(tmp_path, tiny_model_path, run_script):
     rows = tmp_path / "train.jsonl"
     rows.write_text(json.dumps({"problem": "1+1", "solution": "\\boxed{2}"}) + "\n")
     recipe = hub_recipe(tmp_path, tiny_model_path, dataset_name=str(rows), dataset_config="default")
-    error = the_error(*run_script(monkeypatch, capsys, str(recipe)))
+    error = the_error(run_script("scripts/train.py", str(recipe)))
     assert f"dataset_name {str(rows)!r} is a local file, not a hub dataset: set dataset_path: {rows}" in error
 
 
-def test_unreachable_hub_dataset_offline_names_the_source_and_the_fix(tmp_path, tiny_model_path, monkeypatch, capsys):
+def test_unreachable_hub_dataset_offline_names_the_source_and_the_fix(
+    tmp_path, tiny_model_path, monkeypatch, run_script
+):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     error = the_error(
-        *run_script(monkeypatch, capsys, str(hub_recipe(tmp_path, tiny_model_path, dataset_name="nosuch/ds")))
+        run_script("scripts/train.py", str(hub_recipe(tmp_path, tiny_model_path, dataset_name="nosuch/ds")))
     )
     assert "dataset_name 'nosuch/ds' (split train) could not be loaded" in error
     assert "HF_HUB_OFFLINE=1 is set and it is not in the local cache" in error and "dataset_path" in error
@@ -371,12 +363,12 @@ def test_parsing_a_recipe_prints_no_gradient_checkpointing_deprecation():
     assert training.gradient_checkpointing is True and training.activation_checkpointing is True  # still applied
 
 
-def test_plan_rejects_zero_processes_in_one_line(monkeypatch, capsys):
-    error = the_error(*run_script(monkeypatch, capsys, TINY, "--num_processes", "0", script="scripts/plan.py"))
+def test_plan_rejects_zero_processes_in_one_line(run_script):
+    error = the_error(run_script("scripts/plan.py", TINY, "--num_processes", "0"))
     assert "--num_processes must be 1 or more (training processes), got 0" in error
 
 
 @pytest.mark.parametrize("argv", [[], ["--explain"], ["--show_prompts", "2"], ["--max_steps", "1"]])
-def test_train_without_a_recipe_says_so_with_the_usage(monkeypatch, capsys, argv):
-    error = the_error(*run_script(monkeypatch, capsys, *argv))
+def test_train_without_a_recipe_says_so_with_the_usage(run_script, argv):
+    error = the_error(run_script("scripts/train.py", *argv))
     assert "No recipe given. Usage: python scripts/train.py RECIPE.yaml [--key value ...]" in error

@@ -1,7 +1,7 @@
 """The real-model path's first hour, as a new user meets it (issue 31): each command that used to print a traceback,
 a misleading hint or nothing at all prints at most three lines naming the file, key or model and the fix.
 
-Most run the script in this process (`run_script`, as tests/test_errors.py does); the ones whose point is what a
+Most run the script in this process (the `run_script` fixture of tests/conftest.py); the ones whose point is what a
 fresh process prints (library noise, Ctrl-C) run a subprocess.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PYTHON, ROOT, default_sigint, skip_unless_required
-from test_errors import run_script, the_error
+from test_errors import the_error
 
 from drgrpo.core import models
 from drgrpo.core.errors import RecipeError
@@ -34,14 +34,14 @@ def tiny_run(model: Path, data: Path, output_dir: Path, *extra: str) -> list[str
 
 
 # --- one-line errors ------------------------------------------------------------------------------------------------
-def test_smollm2_recipe_before_the_demo_says_make_demo_writes_its_data(tmp_path, tiny_model_path, monkeypatch, capsys):
+def test_smollm2_recipe_before_the_demo_says_make_demo_writes_its_data(tmp_path, tiny_model_path, run_script):
     """`python scripts/train.py recipes/smollm2_135m_drgrpo.yaml` on a fresh clone (no outputs/demo yet)."""
-    status, stderr = run_script(
-        monkeypatch, capsys, str(ROOT / "recipes/smollm2_135m_drgrpo.yaml"), "--model_name_or_path",
+    result = run_script(
+        "scripts/train.py", str(ROOT / "recipes/smollm2_135m_drgrpo.yaml"), "--model_name_or_path",
         str(tiny_model_path), "--output_dir", str(tmp_path / "out"),
         cwd=tmp_path,  # a clone where `make demo` has not run: outputs/demo/data does not exist here
     )  # fmt: skip
-    assert the_error(status, stderr) == (
+    assert the_error(result) == (
         "error: dataset_path 'outputs/demo/data/train.jsonl' does not exist: run `make demo` first (it writes "
         "outputs/demo/data), or set dataset_path."
     )
@@ -60,10 +60,10 @@ def test_make_demo_args_without_dashes_names_the_key_and_the_fix(target, script)
     assert "usage:" not in result.stderr and "Traceback" not in result.stderr
 
 
-def test_misspelt_prepared_model_gets_the_nearest_prepared_name(tmp_path, addition_data, monkeypatch, capsys):
+def test_misspelt_prepared_model_gets_the_nearest_prepared_name(tmp_path, addition_data, run_script):
     error = the_error(
-        *run_script(monkeypatch, capsys, TINY, "--model_name_or_path", "smollm2-135m-instrcut", "--dataset_path",
-                    str(addition_data["train"]), "--output_dir", str(tmp_path / "out"))
+        run_script("scripts/train.py", TINY, "--model_name_or_path", "smollm2-135m-instrcut", "--dataset_path",
+                   str(addition_data["train"]), "--output_dir", str(tmp_path / "out"))
     )  # fmt: skip
     assert error == (
         "error: model_name_or_path 'smollm2-135m-instrcut' is not a prepared model, a model folder or a hub id: did "
@@ -79,7 +79,7 @@ def test_a_raising_reward_prints_its_own_exception_and_line(tmp_path, tiny_model
                    "tests/fixtures/raising_reward.py:lookup_reward")  # fmt: skip
     result = subprocess.run([PYTHON, *run], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    error = the_error(result.returncode, result.stderr).split("error: ", 1)[1]
+    error = the_error(result).split("error: ", 1)[1]
     assert error.startswith(
         "Reward 'lookup_reward' (tests/fixtures/raising_reward.py:lookup_reward) raised on every completion of its "
         "first batch: KeyError: '"
@@ -88,7 +88,7 @@ def test_a_raising_reward_prints_its_own_exception_and_line(tmp_path, tiny_model
     assert error.endswith("Fix the function (test it on a few rows with `make score`).")
 
 
-def test_an_unwritable_model_cache_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+def test_an_unwritable_model_cache_is_one_line_naming_it(tmp_path, monkeypatch, run_script):
     """`DRGRPO_MODEL_CACHE=<a file> make smollm2` raised FileExistsError / NotADirectoryError / PermissionError."""
     import importlib.util
 
@@ -98,7 +98,7 @@ def test_an_unwritable_model_cache_is_one_line_naming_it(tmp_path, monkeypatch, 
     blocker.write_text("not a folder")
     for cache in (blocker, blocker / "models"):  # FileExistsError, then NotADirectoryError
         monkeypatch.setenv(models.MODEL_CACHE_ENV, str(cache))
-        error = the_error(*run_script(monkeypatch, capsys, "smollm2-135m-instruct", script="scripts/prepare_model.py"))
+        error = the_error(run_script("scripts/prepare_model.py", "smollm2-135m-instruct"))
         assert error.startswith(f"error: the model cache {cache} cannot be written (")
         assert "set DRGRPO_MODEL_CACHE to a folder you can write" in error
 
@@ -113,12 +113,12 @@ def test_an_unwritable_model_cache_is_one_line_naming_it(tmp_path, monkeypatch, 
         model_prep.prepare_model("smollm2-135m-instruct", source=tmp_path / "unused.gguf")
 
 
-def test_offline_gsm8k_preset_names_the_shipped_file(tiny_model_path, tmp_path, monkeypatch, capsys):
+def test_offline_gsm8k_preset_names_the_shipped_file(tiny_model_path, tmp_path, monkeypatch, run_script):
     """`make eval BENCH=gsm8k` offline: the hub copy cannot load; the project ships data/gsm8k_test100.jsonl."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     error = the_error(
-        *run_script(monkeypatch, capsys, "--model_name_or_path", str(tiny_model_path), "--benchmark", "gsm8k",
-                    "--output_dir", str(tmp_path / "eval"), script="scripts/evaluate.py")
+        run_script("scripts/evaluate.py", "--model_name_or_path", str(tiny_model_path), "--benchmark", "gsm8k",
+                   "--output_dir", str(tmp_path / "eval"))
     )  # fmt: skip
     assert error.startswith("error: benchmark gsm8k: openai/gsm8k (main, test) is not in the local cache and the hub ")
     assert error.endswith(

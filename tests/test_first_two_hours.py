@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, ROOT
+from conftest import ROOT
 from safetensors.torch import load_file
 from test_first_hour import TINY, tiny_run
 
@@ -19,8 +19,10 @@ from drgrpo.observe.step_log import step_line
 HINT = "(the full traceback: rerun with --traceback, or set DRGRPO_DEBUG=1)"
 
 
-def train(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+@pytest.fixture
+def train(run_script):
+    """`python SCRIPT ARGS...` as typed, run in this process (the `run_script` fixture)."""
+    return lambda script, *args: run_script(script, *args)
 
 
 def error_lines(result: subprocess.CompletedProcess) -> list[str]:
@@ -31,7 +33,9 @@ def error_lines(result: subprocess.CompletedProcess) -> list[str]:
 
 
 # --- 1 and 5: a finished run is left alone; a longer one continues; a short run says when it checkpoints -----------
-def test_rerunning_a_finished_run_changes_nothing_and_a_longer_one_resumes(tiny_model_path, addition_data, tmp_path):
+def test_rerunning_a_finished_run_changes_nothing_and_a_longer_one_resumes(
+    tiny_model_path, addition_data, tmp_path, train
+):
     output_dir = tmp_path / "run"
     command = tiny_run(tiny_model_path, addition_data["train"], output_dir, "--max_steps", "2", "--save_strategy",
                        "steps", "--save_steps", "5")  # fmt: skip
@@ -98,7 +102,9 @@ def test_the_end_of_training_line_counts_this_invocations_steps():
 
 # --- 2: an output_dir that cannot be written: one line, before the model and data load ------------------------------
 @pytest.mark.parametrize("under", ["", "sub/run"], ids=["is_a_file", "under_a_file"])
-def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tiny_model_path, addition_data, tmp_path, under):
+def test_an_unwritable_output_dir_is_one_line_before_anything_loads(
+    tiny_model_path, addition_data, tmp_path, under, train
+):
     blocker = tmp_path / "taken"
     blocker.write_text("not a folder\n")
     output_dir = blocker / under if under else blocker
@@ -115,7 +121,7 @@ def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tiny_model_p
 
 
 # --- 3: a key written twice in a recipe ------------------------------------------------------------------------------
-def test_a_key_written_twice_in_a_recipe_names_the_key_and_both_lines(tmp_path):
+def test_a_key_written_twice_in_a_recipe_names_the_key_and_both_lines(tmp_path, train):
     recipe = tmp_path / "recipe.yaml"
     text = (ROOT / TINY).read_text()
     recipe.write_text(text + "learning_rate: 1.0e-3   # pasted from another recipe\n")
@@ -126,12 +132,12 @@ def test_a_key_written_twice_in_a_recipe_names_the_key_and_both_lines(tmp_path):
         f"{first_line}); YAML would silently keep the last value: delete one of the two lines."
     )
     assert error_lines(train("scripts/train.py", str(recipe), "--show_prompts", "1")) == [expected]
-    plan = train("scripts/plan.py", str(recipe), timeout=300)  # every reader of recipes refuses it
+    plan = train("scripts/plan.py", str(recipe))  # every reader of recipes refuses it
     assert expected in plan.stderr and plan.returncode != 0, plan.stderr[-3000:]
 
 
 # --- 4: `--key null` unsets a recipe's optional key ------------------------------------------------------------------
-def test_null_on_the_command_line_unsets_the_recipes_key(tiny_model_path, addition_data, tmp_path):
+def test_null_on_the_command_line_unsets_the_recipes_key(tiny_model_path, addition_data, tmp_path, train):
     recipe = tmp_path / "both.yaml"
     recipe.write_text(
         (ROOT / TINY).read_text().replace("dataset_path:", "dataset_name: openai/gsm8k\ndataset_path:", 1)
@@ -156,8 +162,8 @@ def test_null_on_the_command_line_unsets_the_recipes_key(tiny_model_path, additi
 
 
 # --- 5: the --traceback hint follows unexpected failures, not a wrong key -------------------------------------------
-def test_a_usage_error_is_one_line_without_the_traceback_hint():
-    result = train("scripts/train.py", TINY, "--learning_rat", "1e-6", timeout=300)
+def test_a_usage_error_is_one_line_without_the_traceback_hint(train):
+    result = train("scripts/train.py", TINY, "--learning_rat", "1e-6")
     assert error_lines(result) == [
         "error: Unknown key 'learning_rat' in the command line. Did you mean 'learning_rate'? Run `python "
         "scripts/train.py --help` for all keys."

@@ -3,8 +3,7 @@ zero, negative and fractional values are one line naming the key and the fix, ne
 
 from __future__ import annotations
 
-import runpy
-import sys
+import subprocess
 
 import pytest
 from conftest import ROOT
@@ -16,18 +15,11 @@ from drgrpo.planning.batch import BatchPlan, batch_plan
 TINY = "recipes/tiny_drgrpo.yaml"
 
 
-def run_script(monkeypatch, capsys, script: str, *argv: str) -> tuple[int, str]:
-    """`python SCRIPT ARGV` in this process (runpy): (exit status, stderr)."""
-    monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(sys, "argv", [script, *argv])
-    with pytest.raises(SystemExit) as info:
-        runpy.run_path(str(ROOT / script), run_name="__main__")
-    return info.value.code, capsys.readouterr().err
-
-
-def one_line_error(status: int, stderr: str) -> str:
-    """The `error:` line of a refusal: status 2, at most 3 lines in all, no traceback."""
-    assert status == 2, stderr[-3000:]
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The `error:` line of a refusal (a script's run: the `run_script` fixture): status 2, at most 3 lines in all, no
+    traceback."""
+    stderr = result.stderr
+    assert result.returncode == 2, stderr[-3000:]
     assert "Traceback" not in stderr and "ZeroDivisionError" not in stderr, stderr[-3000:]
     assert len(stderr.strip().splitlines()) <= 3, stderr
     return stderr.splitlines()[0]
@@ -76,32 +68,28 @@ def test_the_planner_library_refuses_instead_of_dividing_by_zero():
         ("scripts/plan.py", TINY, "--", "--steps_per_generation", "0"),
     ],
 )
-def test_zero_schedule_keys_typed_by_hand_are_one_line(monkeypatch, capsys, script_and_flags):
+def test_zero_schedule_keys_typed_by_hand_are_one_line(run_script, script_and_flags):
     script, *argv = script_and_flags
-    line = one_line_error(*run_script(monkeypatch, capsys, script, *argv))
+    line = one_line_error(run_script(script, *argv))
     key = argv[argv.index("0") - 1][2:]
     assert line.startswith(f"error: command line: {key}: 0 is not allowed") and f"Fix the --{key} value." in line
 
 
-def test_a_recipe_with_steps_per_generation_0_is_refused_by_plan_explain_and_training(tmp_path, monkeypatch, capsys):
+def test_a_recipe_with_steps_per_generation_0_is_refused_by_plan_explain_and_training(tmp_path, run_script):
     """What the old verl converter wrote for ppo_mini_batch_size > train_batch_size."""
     recipe = tmp_path / "converted.yaml"
     recipe.write_text((ROOT / TINY).read_text() + "steps_per_generation: 0\n")
     for script, *flags in (("scripts/plan.py",), ("scripts/train.py", "--explain"), ("scripts/train.py",)):
-        line = one_line_error(*run_script(monkeypatch, capsys, script, str(recipe), *flags))
+        line = one_line_error(run_script(script, str(recipe), *flags))
         assert line.startswith(f"error: recipe {recipe}: steps_per_generation: 0 is not allowed"), line
         assert "Fix it in the recipe, or override it with --steps_per_generation VALUE." in line
 
 
-def test_explain_runs_the_checks_training_runs(monkeypatch, capsys):
+def test_explain_runs_the_checks_training_runs(run_script):
     """`--explain --num_generations 1` printed a card that training then rejected; now both refuse it."""
     for flags in (("--explain",), ()):
-        line = one_line_error(
-            *run_script(monkeypatch, capsys, "scripts/train.py", TINY, *flags, "--num_generations", "1")
-        )
+        line = one_line_error(run_script("scripts/train.py", TINY, *flags, "--num_generations", "1"))
         assert "num_generations: 1 is not allowed" in line and "a group of one has no baseline" in line
     # The batch rules too, at the recipe's world size (its header says 1): 64 completions per round, groups of 3.
-    line = one_line_error(
-        *run_script(monkeypatch, capsys, "scripts/train.py", TINY, "--explain", "--num_generations", "3")
-    )
+    line = one_line_error(run_script("scripts/train.py", TINY, "--explain", "--num_generations", "3"))
     assert "at world size 1: A generation round holds" in line and "not a multiple of num_generations (3)" in line

@@ -1,16 +1,17 @@
 """A new user's first verl conversions (issue 43), as typed: `scripts/from_verl.py run.sh -o recipe.yaml`, then
 `scripts/train.py recipe.yaml --explain`. A converted recipe starts (its eval batch holds whole groups; the planner's
 checks run before anything is written), saves and evaluates as often as verl does (verl counts rollouts, a recipe
-optimizer steps), reads several train files as verl does, and keeps verl's entropy bonus under Dr.GRPO knowingly."""
+optimizer steps), reads several train files as verl does, and keeps verl's entropy bonus under Dr.GRPO knowingly.
+The commands run in this process (the `run_script` fixture: the script's `__main__`, its status and output), each as
+typed from the clone."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
-from conftest import PYTHON, ROOT
+from conftest import ROOT
 
 from drgrpo.data.sources import data_sources
 from drgrpo.planning import plan_recipe
@@ -27,12 +28,18 @@ GOOD = (
 DR_GRPO = "algorithm.norm_adv_by_std_in_grpo=False actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm"
 
 
-def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, *command], cwd=ROOT, capture_output=True, text=True, timeout=300, **kwargs)
+@pytest.fixture
+def convert(run_script):
+    """`scripts/from_verl.py SCRIPT -o RECIPE FLAGS...` with HOME=/home/ada."""
+    return lambda script, output, *flags: run_script(
+        "scripts/from_verl.py", str(script), "-o", str(output), *flags, env={"HOME": "/home/ada"}
+    )
 
 
-def convert(script: Path, output: Path, *flags: str) -> subprocess.CompletedProcess:
-    return run("scripts/from_verl.py", str(script), "-o", str(output), *flags, env={**os.environ, "HOME": "/home/ada"})
+@pytest.fixture
+def explain(run_script):
+    """`scripts/train.py RECIPE --explain`."""
+    return lambda recipe: run_script("scripts/train.py", str(recipe), "--explain")
 
 
 def launch(tmp_path: Path, overrides: str) -> Path:
@@ -41,11 +48,7 @@ def launch(tmp_path: Path, overrides: str) -> Path:
     return script
 
 
-def explain(recipe: Path) -> subprocess.CompletedProcess:
-    return run("scripts/train.py", str(recipe), "--explain")
-
-
-def test_verl_example_with_n5_converts_to_a_recipe_that_starts_and_saves_as_often_as_verl(tmp_path):
+def test_verl_example_with_n5_converts_to_a_recipe_that_starts_and_saves_as_often_as_verl(tmp_path, convert, explain):
     recipe = tmp_path / "qwen3_8b.yaml"
     result = convert(VERL_QWEN3_8B, recipe)
     assert result.returncode == 0, result.stderr
@@ -68,7 +71,7 @@ def test_verl_example_with_n5_converts_to_a_recipe_that_starts_and_saves_as_ofte
     assert (args.eval_steps, args.save_steps, batch["per_device_eval_batch_size"]) == (20, 80, 10)
 
 
-def test_explain_refuses_an_eval_batch_of_partial_groups_in_one_line_with_its_fix(tmp_path):
+def test_explain_refuses_an_eval_batch_of_partial_groups_in_one_line_with_its_fix(tmp_path, convert, explain):
     recipe = tmp_path / "recipe.yaml"
     assert convert(VERL_QWEN3_8B, recipe).returncode == 0
     lines = [line for line in recipe.read_text().splitlines() if not line.startswith("per_device_eval_batch_size")]
@@ -87,7 +90,7 @@ def test_explain_refuses_an_eval_batch_of_partial_groups_in_one_line_with_its_fi
     assert finding.fix == "set per_device_eval_batch_size to a multiple of 5 (e.g. 10)."
 
 
-def test_a_recipe_the_planner_refuses_is_not_written(tmp_path):
+def test_a_recipe_the_planner_refuses_is_not_written(tmp_path, convert):
     # vLLM's tensor-parallel size 3 does not divide 8 GPUs: TRL refuses to start colocated vLLM.
     overrides = f"{GOOD} actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.tensor_model_parallel_size=3"
     recipe = tmp_path / "recipe.yaml"
@@ -102,7 +105,7 @@ def test_a_recipe_the_planner_refuses_is_not_written(tmp_path):
     assert last.startswith("nothing written: scripts/plan.py refuses the converted recipe at verl's world size 8")
 
 
-def test_several_train_files_become_a_mixture_concatenated_as_verl_does(tmp_path):
+def test_several_train_files_become_a_mixture_concatenated_as_verl_does(tmp_path, convert, explain):
     overrides = GOOD.replace("data.train_files=train.parquet", "data.train_files=\"['a.parquet','b.parquet']\"")
     recipe = tmp_path / "recipe.yaml"
     for flags in ((), ("--allow_lossy",)):
@@ -120,7 +123,7 @@ def test_several_train_files_become_a_mixture_concatenated_as_verl_does(tmp_path
     assert explain(recipe).returncode == 0
 
 
-def test_dr_grpo_with_verls_entropy_bonus_keeps_it_with_dr_grpo_allow_and_loads(tmp_path):
+def test_dr_grpo_with_verls_entropy_bonus_keeps_it_with_dr_grpo_allow_and_loads(tmp_path, convert, explain):
     overrides = f"{GOOD} {DR_GRPO} actor_rollout_ref.actor.entropy_coeff=0.001"
     recipe = tmp_path / "recipe.yaml"
     result = convert(launch(tmp_path, overrides), recipe)
