@@ -18,6 +18,7 @@ from drgrpo.experiments.tool_probe import (
     box_equals_output,
     chain2_problem,
     chain_problem,
+    chosen_task,
     held_out_set,
     in_window,
     list_sum_problem,
@@ -165,3 +166,12 @@ def test_box_equals_output():
     ]
     assert box_equals_output(rows) == 0.5
     assert box_equals_output([]) is None  # no program ran: nothing to compare
+
+
+def test_the_task_is_the_family_in_the_window_nearest_its_middle():
+    def row(family, with_tool, without_tool=0.0):
+        return {"family": family, "B4": {"accuracy": with_tool}, "in_window": in_window(with_tool, without_tool)}
+
+    rows = [row("a", 0.68), row("b", 0.12), row("c", 0.30), row("d", 0.22, without_tool=0.06)]
+    assert chosen_task(rows) == "c"  # |0.30 - 0.225| < |0.12 - 0.225|; d is nearer but fails without the tool
+    assert chosen_task([row("a", 0.68), row("e", 0.02)]) is None

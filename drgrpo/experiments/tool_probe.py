@@ -300,6 +300,16 @@ def in_window(
     return low <= with_tool <= high and without_tool < text_max
 
 
+def chosen_task(results: Sequence[dict]) -> str | None:
+    """The task the arms train on, by a rule written before the second round's numbers: of the families in the
+    window, the one whose accuracy with the tool is nearest the window's middle (22.5%: room to rise, and enough
+    right answers in a group for the grade to teach from); a tie goes to the family probed first. None when no
+    family is in the window (then no arms are trained: issue 45)."""
+    middle = sum(WINDOW) / 2
+    inside = [r for r in results if r["in_window"]]
+    return min(inside, key=lambda r: abs(r[f"B{WITH_TOOL_BUDGET}"]["accuracy"] - middle))["family"] if inside else None
+
+
 def box_equals_output(rows: Sequence[dict]) -> float | None:
     """Share of the answers that ran a program whose final box holds exactly the last program's output (None when no
     answer ran one)."""
@@ -408,6 +418,7 @@ def run_probe(settings: ProbeSettings, report: Callable[[str], None] = print) ->
         "window": {"with_tool_B4": list(WINDOW), "without_tool_below": TEXT_MAX},
         "families": results,
         "in_window": [r["family"] for r in results if r["in_window"]],
+        "chosen": chosen_task(results),
     }
     (out / "probe.json").write_text(json.dumps(probe, indent=2) + "\n")
     (out / "probe.md").write_text(format_table(probe) + "\n")
@@ -447,7 +458,8 @@ def format_table(probe: dict) -> str:
         "|---|---|---|---|---|---|---|---|",
         *(format_row(result) for result in probe["families"]),
         f"window: {100 * WINDOW[0]:.0f}%-{100 * WINDOW[1]:.0f}% with the tool (B={WITH_TOOL_BUDGET}) and below "
-        f"{100 * TEXT_MAX:.0f}% without (B=0); in the window: {chosen}",
+        f"{100 * TEXT_MAX:.0f}% without (B=0); in the window: {chosen}; the task (nearest the window's middle): "
+        f"{probe.get('chosen') or 'none'}",
         f"{probe['machine']}; this command {probe['seconds'] / 60:.1f} min (samples saved by an earlier one are read, "
         f"not generated again), load average {probe['load_average_mean']} on the mean",
     ]
