@@ -24,7 +24,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install smollm2 demo demo-tools probe-tools demo-tiny compare-tiny eval-demo train test test-fast lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tools probe-tools tool-rl demo-tiny compare-tiny eval-demo train test test-fast lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -87,6 +87,11 @@ demo-tools: smollm2
 # in the window at 5%-40% with the tool and below 5% without (docs/tools.md, the probe). Resumes when rerun.
 probe-tools: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/probe_tool_tasks.py $(ARGS)
+
+# Tool-integrated Dr.GRPO against text-only Dr.GRPO on the probe's task, 3 seeds, side by side (issue 45,
+# docs/tools.md): ~25 min a seed on 2 cores. ARGS="--seeds 0" for one; recipe overrides after `--`.
+tool-rl: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/tool_rl.py $(ARGS)
 
 # The tiny demo (a random-weight model, seconds per stage). One torch thread unless OMP_NUM_THREADS is set: the tiny
 # model gains nothing from a second one, and two threads beside a busy core run 40x slower.

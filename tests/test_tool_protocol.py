@@ -239,9 +239,10 @@ def test_the_family_card_says_max_completion_length_counts_tool_tokens():
 def test_tool_metrics_by_hand():
     import torch
 
-    # calls, errors, timeouts, void, call_budget, token_budget, in_code, model_tokens, tool_tokens
+    # calls, errors, timeouts, void, call_budget, token_budget, in_code, model_tokens, tool_tokens, ran, box_is_output
     counts = torch.tensor(
-        [[2, 1, 0, 0, 0, 0, 0, 30, 10], [0, 0, 0, 1, 0, 0, 0, 6, 0], [1, 0, 1, 0, 0, 1, 1, 50, 14], [0] * 9],
+        [[2, 1, 0, 0, 0, 0, 0, 30, 10, 1, 1], [0, 0, 0, 1, 0, 0, 0, 6, 0, 0, 0], [1, 0, 1, 0, 0, 1, 1, 50, 14, 1, 0]]
+        + [[0] * 11],
         dtype=torch.float32,
     )
     metrics = tool_metrics(counts)
@@ -251,7 +252,20 @@ def test_tool_metrics_by_hand():
     assert metrics["diag/tool/void_answers"] == 0.25
     assert metrics["diag/tool/token_budget_exhausted"] == 0.25 and metrics["diag/tool/cut_inside_code"] == 0.25
     assert metrics["diag/tool/model_tokens"] == 21.5 and metrics["diag/tool/tool_tokens"] == 6.0
-    assert math.isnan(tool_metrics(torch.zeros(2, 9))["diag/tool/error_rate"])  # no program ran
+    assert metrics["diag/tool/box_is_last_output"] == 0.5  # of the 2 answers whose programs printed something
+    assert math.isnan(tool_metrics(torch.zeros(2, 11))["diag/tool/error_rate"])  # no program ran
+    assert math.isnan(tool_metrics(torch.zeros(2, 11))["diag/tool/box_is_last_output"])
+
+
+def test_box_is_last_output_by_hand():
+    from drgrpo.algorithm.rollout.tool_metrics import box_is_last_output
+
+    assert box_is_last_output("```python\nprint(6*7)\n```\nThe answer is \\boxed{42}.", ["42\n"])
+    assert box_is_last_output("so \\boxed{41}", ["40", "41"])  # the last program's output, not the first's
+    assert not box_is_last_output("so \\boxed{40}", ["40", "41"])
+    assert not box_is_last_output("The answer is 42.", ["42"])  # no box
+    assert not box_is_last_output("\\boxed{42}", [])  # no output
+    assert not box_is_last_output("\\boxed{42.0}", ["42"])  # exactly the output: a rewritten number is not a copy
 
 
 def test_the_planner_says_max_completion_length_counts_the_tool_outputs():

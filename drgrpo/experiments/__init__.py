@@ -18,5 +18,6 @@ Modules, each importing only the ones listed before it:
 - `comparison`: `make compare` (SmolLM2, and its long task) and `make compare-tiny`: GRPO vs Dr.GRPO from the same
   start;
 - `bias`: `make bias` and `make bias-real`: what Dr.GRPO fixes, measured (a subpackage);
-- `tool_probe`: `make probe-tools`: task families for tool-integrated RL, the untrained SmolLM2 at B=4 and B=0 on each.
+- `tool_probe`: `make probe-tools`: task families for tool-integrated RL, the untrained SmolLM2 at B=4 and B=0 on each;
+- `tool_rl`: `make tool-rl`: tool-integrated vs text-only Dr.GRPO on the probe's task, side by side, per seed.
 """

@@ -260,7 +260,7 @@ ROUNDS = {  # the probe's rounds (docs/tools.md): the second chosen after the fi
 }
 
 
-def held_out_set(family: str, count: int, seed: int = 0) -> list[Problem]:
+def held_out_set(family: str, count: int, seed: int | str = 0) -> list[Problem]:
     """`count` distinct problems of `family`, drawn from a generator seeded with (seed, family): the same set on every
     machine and run, and the first `count` of a larger set."""
     rng = random.Random(f"{seed}-{family}")
@@ -312,16 +312,17 @@ def chosen_task(results: Sequence[dict]) -> str | None:
 
 def box_equals_output(rows: Sequence[dict]) -> float | None:
     """Share of the answers that ran a program whose final box holds exactly the last program's output (None when no
-    answer ran one)."""
-    from rewards.extract import last_boxed_group
+    answer ran one): training's `diag/tool/box_is_last_output`, on the evaluator's rows."""
+    from drgrpo.algorithm.rollout.tool_metrics import box_is_last_output
 
     ran = [row for row in rows if row.get("tool_calls")]
-    same = 0
-    for row in ran:
-        observations = [t["observation"] for t in row.get("turns", []) if t.get("observation") is not None]
-        boxes = last_boxed_group(row.get("completion") or "")
-        box = boxes[-1] if boxes else None
-        same += box is not None and bool(observations) and box.strip() == observations[-1].strip()
+    same = sum(
+        box_is_last_output(
+            row.get("completion") or "",
+            [t["observation"] for t in row.get("turns", []) if t.get("observation") is not None],
+        )
+        for row in ran
+    )
     return same / len(ran) if ran else None
 
 
@@ -340,32 +341,35 @@ class ProbeSettings:
     overwrite: bool = False  # resume an interrupted probe (every sample is a function of its seed) unless set
 
 
-def evaluate_family(settings: ProbeSettings, family: str, recipes: dict[int, Path], data: Path) -> dict:
-    """Greedy held-out evaluation of `family` at B=4 (with the tool) and B=0 (without), by the project's evaluator."""
+def held_out_results(
+    model: str, data: Path, recipes: dict[int, Path], out: Path, max_new_tokens: int, batch_size: int, overwrite: bool
+) -> dict:
+    """Greedy held-out evaluation of `model` on `data` at each call budget of `recipes` (B=4 with the tool's prompt,
+    B=0 with the prompt minus the tool) by the project's evaluator, a cut answer wrong; samples under `out`/B<calls>."""
     from drgrpo.evaluation import evaluate
     from drgrpo.evaluation.saved_samples import read_samples
 
-    result: dict = {"family": family, "problems": settings.num_test}
+    result: dict = {}
     for calls, recipe in recipes.items():
         start = time.perf_counter()
-        out = Path(settings.output_dir) / "eval" / f"{family}-B{calls}"
+        folder = out / f"B{calls}"
         summary = evaluate(
-            model_path=settings.model,
+            model_path=model,
             data_file=str(data),
             recipe=str(recipe),
             temperature=0.0,
-            max_new_tokens=settings.max_new_tokens,
-            output_dir=str(out),
-            batch_size=settings.batch_size,
-            overwrite=settings.overwrite,
+            max_new_tokens=max_new_tokens,
+            output_dir=str(folder),
+            batch_size=batch_size,
+            overwrite=overwrite,
             progress=False,
             tool_max_calls=calls,
             truncated_as_wrong=True,
         )
-        rows = read_samples(out / "samples.jsonl")
+        rows = read_samples(folder / "samples.jsonl")
         result[f"B{calls}"] = {
             "accuracy": summary["pass@1"],
-            "strict_accuracy": strict_accuracy(out / "samples.jsonl", truncated_as_wrong=True),
+            "strict_accuracy": strict_accuracy(folder / "samples.jsonl", truncated_as_wrong=True),
             "truncated": summary["truncation_rate"],
             "calls_per_answer": summary.get("tool_calls_per_sample"),
             # Of the programs that ran (None when none did: the evaluator's rates are 0 then, not 100% clean).
@@ -378,6 +382,16 @@ def evaluate_family(settings: ProbeSettings, family: str, recipes: dict[int, Pat
             "box_equals_output": box_equals_output(rows) if calls else None,
             "seconds": round(time.perf_counter() - start, 1),
         }
+    return result
+
+
+def evaluate_family(settings: ProbeSettings, family: str, recipes: dict[int, Path], data: Path) -> dict:
+    """Greedy held-out evaluation of `family` at B=4 (with the tool) and B=0 (without), by the project's evaluator."""
+    out = Path(settings.output_dir) / "eval" / family
+    result = {"family": family, "problems": settings.num_test}
+    result |= held_out_results(
+        settings.model, data, recipes, out, settings.max_new_tokens, settings.batch_size, settings.overwrite
+    )
     b4, b0 = result[f"B{WITH_TOOL_BUDGET}"], result["B0"]
     result["in_window"] = in_window(b4["accuracy"], b0["accuracy"])
     return result

@@ -73,3 +73,5 @@ TOOL_TOKEN_BUDGET_EXHAUSTED = TOOL_PREFIX + "token_budget_exhausted"  # share cu
 TOOL_CUT_IN_CODE = TOOL_PREFIX + "cut_inside_code"  # share cut by max_completion_length inside an open program
 TOOL_MODEL_TOKENS = TOOL_PREFIX + "model_tokens"  # mean generated tokens per answer (trained on)
 TOOL_OUTPUT_TOKENS = TOOL_PREFIX + "tool_tokens"  # mean observation tokens per answer (masked out of the loss)
+# Of the answers whose programs printed something, the share whose final \boxed{} is exactly the last output.
+TOOL_BOX_IS_OUTPUT = TOOL_PREFIX + "box_is_last_output"

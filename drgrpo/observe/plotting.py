@@ -74,6 +74,7 @@ PANELS: tuple[Panel, ...] = (
             (d.TOOL_CALLS_PER_ANSWER, "programs per answer"),
             (d.TOOL_ERROR_RATE, "errors"),
             (d.TOOL_TIMEOUT_RATE, "timeouts"),
+            (d.TOOL_BOX_IS_OUTPUT, "box = last output"),
         ),  # fmt: skip
         "python_tool: false",
     ),

@@ -1,0 +1,61 @@
+"""`make tool-rl` (issue 45): the two arms differ only by the tool and its description, train on problems never held
+out, and are judged by the issue's two goals. No model: the experiment itself runs on SmolLM2."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ROOT
+
+from drgrpo.experiments.tool_probe import TOOL_DESCRIPTION, held_out_set, probe_recipe
+from drgrpo.experiments.tool_rl import TASK, arm_recipe, results_table, seed_verdict, training_set
+from drgrpo.recipe.file import read_recipe
+
+RECIPE = ROOT / "recipes/smollm2_135m_drgrpo_tool_rl.yaml"
+
+
+def test_the_arms_differ_only_by_the_tool_and_its_description():
+    base = read_recipe(RECIPE)
+    tool, text = arm_recipe("tool", base), arm_recipe("text", base)
+    differing = {key for key in tool.keys() | text.keys() if tool.get(key) != text.get(key)}
+    assert differing == {"python_tool", "system_prompt", "chat_examples"}
+    assert tool["python_tool"] is True and text["python_tool"] is False
+    assert TOOL_DESCRIPTION in tool["system_prompt"] and TOOL_DESCRIPTION not in text["system_prompt"]
+    # The probe's prompts exactly: the "before" of the experiment is the probe's measurement.
+    for arm, with_tool in (("tool", True), ("text", False)):
+        probed = probe_recipe(with_tool, base)
+        assert {key: arm_recipe(arm, base)[key] for key in probed} == probed
+    # Same budget: steps, group, lengths, learning rate, precision, seed are the recipe's, in both.
+    for key in ("max_steps", "num_generations", "max_completion_length", "learning_rate", "bf16", "seed"):
+        assert tool[key] == text[key] == base[key]
+    assert base["bf16"] == "auto" and base["dr_grpo"] is True
+    with pytest.raises(ValueError, match="arm must be one of"):
+        arm_recipe("both", base)
+
+
+def test_training_problems_are_never_held_out():
+    held_out = held_out_set(TASK, 50)
+    train = training_set(TASK, 500, held_out)
+    assert len(train) == 500 and len({p.question for p in train}) == 500
+    assert not {p.question for p in train} & {p.question for p in held_out}
+    assert training_set(TASK, 500, held_out) == train  # fixed seed
+
+
+def _evaluation(b4: float, b0: float) -> dict:
+    blank = {"calls_per_answer": None, "programs_without_error": None, "box_equals_output": None, "truncated": 0.0}
+    return {"B4": {**blank, "accuracy": b4}, "B0": {**blank, "accuracy": b0}}
+
+
+def test_the_goals_by_hand():
+    before = _evaluation(0.12, 0.0)
+    row = {
+        "tool": {"after": _evaluation(0.34, 0.0), "train_seconds": 600.0, "steps": 30},
+        "text": {"after": _evaluation(0.10, 0.20), "train_seconds": 540.0, "steps": 30},
+    }
+    # Tool arm: 12% -> 34% at B=4 is +22 points (goal 20: met); text arm after, at B=0: 20%; 34 - 20 = 14 (goal 15).
+    verdict = seed_verdict(before, row)
+    assert verdict == {"tool_rise_points": 22.0, "tool_over_text_points": 14.0, "rise_met": True, "lead_met": False}
+    table = results_table({"task": TASK, "machine": "CPU X", "before": before, "seeds": {"0": row}})
+    assert (
+        "| 0 | 12% -> 34% | 0% -> 0% | 0% -> 20% | 12% -> 10% | +22 (met) | +14 (missed) | 10.0 / 9.0 min (30 steps) |"
+        in (table)
+    )
