@@ -82,6 +82,13 @@ def product_row(i: int) -> Row:
     return problem_row(1000 + 97 * i, 100 + 13 * i)
 
 
+def tool_rl_row(i: int) -> Row:
+    """`make tool-rl`'s task file (outputs/tool-rl/data/train.jsonl): the probe's choice, `What is A^2 + B^2?`."""
+    from drgrpo.experiments.tool_probe import square_sum_problem
+
+    return square_sum_problem(1000 + 97 * i, 2000 + 13 * i).row()
+
+
 def verifiable_coding_row(i: int) -> Row:
     """open-r1/verifiable-coding-problems-python(-10k): source, task_type, in_source_id, problem,
     gold_standard_solution, problem_id, metadata, verification_info (a struct: language, test_cases of {type, input,
@@ -128,6 +135,7 @@ FORMATS: dict[str, Callable[[int], Row]] = {
     "outputs/demo/data/train.jsonl": chat_addition_row,  # `make demo` (SmolLM2) and `make compare`
     "outputs/bias/data/train.jsonl": addition_row,  # `make bias` writes the same question/answer columns
     "outputs/demo-tools/data/train.jsonl": product_row,  # `make demo-tools` (SmolLM2 with the Python tool)
+    "outputs/tool-rl/data/train.jsonl": tool_rl_row,  # `make tool-rl` (the probe's task, issue 45)
     "outputs/bias-real/data/train.jsonl": chat_addition_row,  # `make bias-real`: the demo's chat additions
     "open-r1/verifiable-coding-problems-python-10k": verifiable_coding_row,
     "rewards/code/tasks/code_tasks.jsonl": code_task_row,

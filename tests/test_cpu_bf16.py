@@ -299,25 +299,22 @@ def test_the_evaluator_generates_in_the_precision_it_names(tiny_model_path, dtyp
     assert seen == {(False, expected, expected)}
 
 
-def test_auto_on_this_machine_from_the_users_side(tiny_model_path, addition_data, tmp_path):
+def test_auto_on_this_machine_from_the_users_side(tiny_model_path, addition_data, tmp_path, run_script):
     """No simulation: `scripts/train.py` with `bf16: auto` on the CPU the tests run on. The development machine has no
     native bf16 (an AVX2-only Zen 2), so there it must train in float32 and say why in one line naming the flags it
-    looked for; on a CPU with native bf16 the same line says bf16 autocast and the flag found."""
+    looked for; on a CPU with native bf16 the same line says bf16 autocast and the flag found. The script runs in this
+    process (the `run_script` fixture): `auto` reads the CPU's flags (/proc/cpuinfo), not torch's start-up state."""
     import platform
-    import subprocess
-
-    from conftest import PYTHON, ROOT
 
     from drgrpo.core.cpu_bf16 import bf16_flags_for, this_cpu_bf16
 
     cpu = this_cpu_bf16()
-    command = [
-        PYTHON, "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--bf16", "auto",
+    result = run_script(
+        "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--bf16", "auto",
         "--model_name_or_path", str(tiny_model_path), "--dataset_path", str(addition_data["train"]),
         "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--per_device_train_batch_size", "8",
         "--num_generations", "4",
-    ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if "bf16: auto" in line]
     assert len(lines) == 1, lines

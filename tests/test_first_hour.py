@@ -73,11 +73,11 @@ def test_misspelt_prepared_model_gets_the_nearest_prepared_name(tmp_path, additi
     assert models._misspelt_prepared_name("Qwen/Qwen3-8B") is None and models._misspelt_prepared_name("gpt2") is None
 
 
-def test_a_raising_reward_prints_its_own_exception_and_line(tmp_path, tiny_model_path, addition_data):
+def test_a_raising_reward_prints_its_own_exception_and_line(tmp_path, tiny_model_path, addition_data, run_script):
     """A custom reward that raises on every completion: 89 lines (two tracebacks) before, now its own line."""
     run = tiny_run(tiny_model_path, addition_data["train"], tmp_path / "out", "--max_steps", "1", "--reward_funcs",
                    "tests/fixtures/raising_reward.py:lookup_reward")  # fmt: skip
-    result = subprocess.run([PYTHON, *run], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = run_script(*run)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     error = the_error(result).split("error: ", 1)[1]
     assert error.startswith(

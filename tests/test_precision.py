@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 
 import pytest
 import torch
-from conftest import PYTHON, ROOT
 from safetensors import safe_open
 
 from drgrpo.run.precision import keep_float32_master_weights, needs_master_weights, restore_dtype
@@ -72,19 +70,19 @@ def test_the_reference_follows_the_trained_copy_and_fsdp_is_left_to_accelerate(c
 
 
 @pytest.mark.slow
-def test_bf16_tiny_run_trains_float32_and_saves_bf16(tiny_model_path, addition_data, tmp_path):
+def test_bf16_tiny_run_trains_float32_and_saves_bf16(tiny_model_path, addition_data, tmp_path, run_script):
     """scripts/train.py in one process (no DeepSpeed) with dtype bfloat16: the checkpoint holds float32 master
-    weights, which moved; the final model is bf16, as loaded."""
+    weights, which moved; the final model is bf16, as loaded. Run in this process (the `run_script` fixture)."""
     output_dir = tmp_path / "run"
-    command = [
-        PYTHON, "scripts/train.py", "recipes/tiny_drgrpo.yaml",
+    args = [
+        "recipes/tiny_drgrpo.yaml",
         "--model_name_or_path", str(tiny_model_path), "--dtype", "bfloat16",
         "--dataset_path", str(addition_data["train"]), "--output_dir", str(output_dir),
         "--max_steps", "2", "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "2",
         "--per_device_train_batch_size", "16", "--num_generations", "4", "--learning_rate", "1e-6",
         "--reward_funcs", "accuracy", "tests/fixtures/digit_share.py:digit_share",
     ]  # fmt: skip
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = run_script("scripts/train.py", *args)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "master weights:" in result.stderr and "are bfloat16" in result.stderr
 
