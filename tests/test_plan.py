@@ -345,6 +345,7 @@ STEPS_PER_ROLLOUT = {
     "smollm2_135m_drgrpo.yaml": 1,  # make demo: 8 micro-batches of 4 accumulated into one step per rollout of 32
     "smollm2_135m_grpo.yaml": 1,
     "smollm2_135m_drgrpo_tools.yaml": 1,  # make demo-tools: the same schedule as make demo
+    "smollm2_135m_drgrpo_tool_rl.yaml": 1,  # make tool-rl: both arms, the same schedule as make demo
     "smollm2_135m_long_drgrpo.yaml": 1,  # make bias-real: 4 micro-batches of 4 into one step per rollout of 16
     "smollm2_135m_long_grpo.yaml": 1,
     "smollm2_135m_long_grpo_constant_loss.yaml": 1,  # make compare's smollm2-long-ablation, the same schedule

@@ -64,9 +64,13 @@ def test_show_prompts_on_a_cpu_machine(recipe_path, tiny_model_path, tmp_path, m
         # The prompt column read the way the recipe says: the shown prompt holds one of the stand-in problems.
         assert any(row[recipe["prompt_column"]].split("\n")[0] in prompt for row in rows)
         return
-    # The stand-in math questions are sums (the tool demo's are products); the question is the last one in the
-    # prompt (a few-shot example, chat_examples, comes before it).
-    a, operator, b = re.findall(r"(\d+)\s*([+*])\s*(\d+)", prompt)[-1]
+    # The stand-in math questions are sums (the tool demo's are products, make tool-rl's sums of two squares); the
+    # question is the last one in the prompt (a few-shot example, chat_examples, comes before it).
     gold = out.split("gold answer: ")[1].split()[0]
+    if squares := re.findall(r"(\d+)\^2 \+ (\d+)\^2", prompt):
+        a, b = squares[-1]
+        assert int(gold) == int(a) ** 2 + int(b) ** 2
+        return
+    a, operator, b = re.findall(r"(\d+)\s*([+*])\s*(\d+)", prompt)[-1]
     # the answer column (and its extraction) read the way the recipe says
     assert int(gold) == (int(a) + int(b) if operator == "+" else int(a) * int(b))
