@@ -9,25 +9,29 @@ import argparse
 import logging
 
 from drgrpo.core.errors import parse_with_overrides, run_main
-from drgrpo.experiments.bias.experiment import BiasSettings, run_bias
-from drgrpo.experiments.bias.mechanism import MechanismSettings
 
 
 def main() -> None:
+    # The options' defaults are the settings' own (None here): the arguments are read before the experiment's torch
+    # and TRL imports, so a mistyped option is answered at once.
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default=BiasSettings.output_dir)
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(BiasSettings.seeds))
-    parser.add_argument("--sft_steps", type=int, default=BiasSettings.sft_steps, help="warm-start SFT steps")
-    parser.add_argument("--mechanism_batches", type=int, default=MechanismSettings.num_batches)
-    parser.add_argument("--step_norm", type=float, default=MechanismSettings.step_norm, help="mechanism update size")
+    parser.add_argument("--output_dir")
+    parser.add_argument("--seeds", nargs="+", type=int)
+    parser.add_argument("--sft_steps", type=int, help="warm-start SFT steps")
+    parser.add_argument("--mechanism_batches", type=int)
+    parser.add_argument("--step_norm", type=float, help="mechanism update size")
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe overrides for every run, after --")
     args = parse_with_overrides(parser)  # an option before `--` that is a recipe key: a one-line fix
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    from drgrpo.experiments.bias.experiment import BiasSettings, run_bias
+    from drgrpo.experiments.bias.mechanism import MechanismSettings
+
+    def given(**values):
+        return {key: value for key, value in values.items() if value is not None}
+
     settings = BiasSettings(
-        output_dir=args.output_dir,
-        seeds=tuple(args.seeds),
-        sft_steps=args.sft_steps,
-        mechanism=MechanismSettings(num_batches=args.mechanism_batches, step_norm=args.step_norm),
+        **given(output_dir=args.output_dir, seeds=tuple(args.seeds) if args.seeds else None, sft_steps=args.sft_steps),
+        mechanism=MechanismSettings(**given(num_batches=args.mechanism_batches, step_norm=args.step_norm)),
         overrides=tuple(a for a in args.overrides if a != "--"),
     )
     run_bias(settings)

@@ -102,7 +102,8 @@ def run_script(monkeypatch, capfd):
     loggers and children of the script) as `subprocess.run` returns them. It skips a second interpreter's start and its
     imports of torch, transformers and TRL (~9 s of CPU each); a test of what only a fresh process shows (signals,
     start-up imports, threads at start) runs the script in a subprocess instead. The environment, the logging set-up,
-    `sys.argv`, torch's thread count and the garbage collector are restored after each call."""
+    `sys.argv`, torch's thread count (and the choice of it, drgrpo/core/threads.py) and the garbage collector are
+    restored after each call."""
     import gc
     import logging
     import runpy
@@ -115,6 +116,10 @@ def run_script(monkeypatch, capfd):
         root.handlers = []  # a fresh process has none: the script's logging.basicConfig takes effect, as typed
         threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
         collecting = gc.isenabled()  # scripts/plan.py pauses the garbage collector for its own short life
+        threads_module = sys.modules.get("drgrpo.core.threads")
+        governor = threads_module._GOVERNOR if threads_module else None
+        if threads_module:  # a fresh process chooses its torch threads afresh, from the environment it is given
+            threads_module._GOVERNOR = None
         try:
             with monkeypatch.context() as patch:
                 patch.chdir(cwd)
@@ -139,6 +144,8 @@ def run_script(monkeypatch, capfd):
                 sys.modules["torch"].set_num_threads(threads)
             if collecting:
                 gc.enable()
+            if threads_module:
+                threads_module._GOVERNOR = governor
         out, err = capfd.readouterr()
         return subprocess.CompletedProcess([PYTHON, script, *args], status, out, err)
 

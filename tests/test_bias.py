@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 
 import pytest
 import torch
-from conftest import PYTHON, ROOT
 
 from drgrpo.experiments.bias.mechanism import (
     TailProbe,
@@ -137,15 +135,14 @@ def test_summary_has_exactly_the_experiment_keys():
 
 
 @pytest.mark.slow
-def test_make_bias_short_run_writes_its_files(tmp_path):
+def test_make_bias_short_run_writes_its_files(tmp_path, run_script):
     """A short `scripts/bias.py` end to end: checks the files and keys, not the size of the effect."""
     out = tmp_path / "bias"
     command = [
-        PYTHON, "scripts/bias.py", "--output_dir", str(out), "--seeds", "0", "--sft_steps", "20",
+        "scripts/bias.py", "--output_dir", str(out), "--seeds", "0", "--sft_steps", "20",
         "--mechanism_batches", "2", "--", "--max_steps", "3", "--per_device_train_batch_size", "16",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as `make bias`
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=env)
+    result = run_script(*command, env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})  # as `make bias`
     assert result.returncode == 0, result.stderr[-3000:]
     for name in ("curves.png", "summary.md", "summary.json"):
         assert (out / name).is_file(), name

@@ -7,7 +7,14 @@ import pytest
 from conftest import ROOT
 
 from drgrpo.experiments.tool_probe import TOOL_DESCRIPTION, held_out_set, probe_recipe
-from drgrpo.experiments.tool_rl import TASK, arm_recipe, results_table, seed_verdict, training_set
+from drgrpo.experiments.tool_rl import (
+    TASK,
+    arm_recipe,
+    before_after_samples,
+    results_table,
+    seed_verdict,
+    training_set,
+)
 from drgrpo.recipe.file import read_recipe
 
 RECIPE = ROOT / "recipes/smollm2_135m_drgrpo_tool_rl.yaml"
@@ -59,3 +66,22 @@ def test_the_goals_by_hand():
         "| 0 | 12% -> 34% | 0% -> 0% | 0% -> 20% | 12% -> 10% | +22 (met) | +14 (missed) | 10.0 / 9.0 min (30 steps) |"
         in (table)
     )
+
+
+def test_the_samples_are_the_first_held_out_problems_before_and_after(tmp_path):
+    import json
+
+    def write(folder, answers):
+        folder.mkdir()
+        rows = [
+            {"question": f"q{i}", "gold": str(i), "completion": f"\\boxed{{{a}}}", "transcript": f"T{i}:{a}",
+             "correct": a == i}
+            for i, a in enumerate(answers)
+        ]  # fmt: skip
+        (folder / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    write(tmp_path / "before", [0, 9, 9, 9, 9, 9, 9])
+    write(tmp_path / "after", [0, 1, 2, 9, 4, 5, 6])
+    text = before_after_samples(tmp_path / "before", tmp_path / "after")
+    assert text.count("**q") == 5 and "**q5**" not in text  # the first five, whatever their outcome
+    assert "**q1** (gold 1)\nbefore (wrong):\n\n```text\nT1:9\n```\n\nafter (right):\n\n```text\nT1:1\n```" in text

@@ -7,8 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 from conftest import ROOT, skip_unless_required
@@ -60,7 +58,7 @@ def _smollm2():
 
 
 @pytest.mark.slow
-def test_smollm2_calls_the_tool_and_trains_on_it(tmp_path):
+def test_smollm2_calls_the_tool_and_trains_on_it(tmp_path, run_script):
     _smollm2()
     from drgrpo.evaluation import evaluate
 
@@ -79,13 +77,13 @@ def test_smollm2_calls_the_tool_and_trains_on_it(tmp_path):
     assert summary["pass@1"] >= 0.75
 
     command = [
-        sys.executable, "scripts/train.py", str(RECIPE), "--dataset_path", str(data["train"]),
+        "scripts/train.py", str(RECIPE), "--dataset_path", str(data["train"]),
         "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--num_generations", "2",
         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--max_completion_length", "64",
         "--tool_max_calls", "1",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    result = run_script(*command, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
     history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
     step = next(entry for entry in history if "diag/tool/calls_per_answer" in entry)

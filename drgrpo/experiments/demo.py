@@ -18,14 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from datasets import Dataset
-from transformers import AutoTokenizer
-from trl import SFTConfig, SFTTrainer
-
 from drgrpo.experiments.tasks import sloppy_demonstrations, write_addition_task
-from drgrpo.experiments.tiny import build_tiny_model
-from drgrpo.recipe.cli import parse_recipe
-from drgrpo.run.training import train
+
+# datasets, transformers, TRL and torch are imported by the stages that use them: `make demo-tiny ARGS=...` answers a
+# mistyped option before ~7 s of imports.
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +57,10 @@ def write_task(settings: DemoSettings) -> dict[str, Path]:
 
 def warm_start(base: Path, train_file: Path, output_dir: Path, settings: DemoSettings) -> Path:
     """Supervised warm-start (completion-only loss) on sloppy demonstrations of the first `sft_examples` problems."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
     rows = [json.loads(line) for line in train_file.read_text().splitlines()][: settings.sft_examples]
     dataset = Dataset.from_list(sloppy_demonstrations(rows, settings.carry_error_rate, seed=settings.seed))
     config = SFTConfig(
@@ -109,6 +109,8 @@ def held_out_summary(model_dir: Path, test_file: Path, output_dir: Path, max_new
 
 def prepare_warm_start(settings: DemoSettings) -> tuple[Path, Path, dict[str, Path]]:
     """Stages 1-3: the task files, the untrained tiny model and the warm-started one: (base, sft, data)."""
+    from drgrpo.experiments.tiny import build_tiny_model
+
     out = Path(settings.output_dir)
     data = write_task(settings)
     base = build_tiny_model(out / "base", seed=settings.seed)
@@ -118,6 +120,9 @@ def prepare_warm_start(settings: DemoSettings) -> tuple[Path, Path, dict[str, Pa
 
 def run_demo(settings: DemoSettings) -> dict:
     """Run every stage and write `metrics.json` under `settings.output_dir`; return the metrics."""
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
+
     start = time.perf_counter()
     out = Path(settings.output_dir)
     base, sft, data = prepare_warm_start(settings)

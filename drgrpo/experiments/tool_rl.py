@@ -140,6 +140,9 @@ def run_tool_rl(settings: ToolRLSettings, report=print) -> dict:
             row[arm] = {"after": after, "train_seconds": runs[arm]["train_seconds"]}
             row[arm]["steps"] = max((e.get("step", 0) for e in runs[arm]["log_history"]), default=0)
             report(f"seed {seed}, {arm} arm after training: {format_results(after)}")
+        key = f"B{WITH_TOOL_BUDGET}"  # five held-out answers of the tool arm, before and after
+        samples = before_after_samples(out / "eval" / "before" / key, folder / "tool" / "eval" / key)
+        (folder / "samples.md").write_text(samples + "\n")
         plot_runs(
             {f"{arm} arm": runs[arm]["log_history"] for arm in ARMS},
             folder / "curves.png",
@@ -151,6 +154,23 @@ def run_tool_rl(settings: ToolRLSettings, report=print) -> dict:
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "results.md").write_text(results_table(summary) + "\n")
     return summary
+
+
+def before_after_samples(before: Path, after: Path, count: int = 5) -> str:
+    """The first `count` held-out problems (not chosen by outcome), each answered before and after training: the
+    transcript (the model's text with the tool's outputs) and the verdict, from two evaluations' `samples.jsonl`."""
+    from drgrpo.evaluation.saved_samples import read_samples
+
+    pairs = zip(read_samples(before / "samples.jsonl"), read_samples(after / "samples.jsonl"), strict=True)
+    lines = []
+    for first, second in list(pairs)[:count]:
+        assert first["question"] == second["question"], "the two evaluations hold other problems"
+        lines.append(f"**{first['question']}** (gold {first['gold']})")
+        for stage, row in (("before", first), ("after", second)):
+            verdict = "right" if row["correct"] else "wrong"
+            text = (row.get("transcript") or row["completion"]).strip()
+            lines += [f"{stage} ({verdict}):", "", "```text", text, "```", ""]
+    return "\n".join(lines)
 
 
 def _pct(value: float | None) -> str:
