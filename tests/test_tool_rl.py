@@ -84,4 +84,5 @@ def test_the_samples_are_the_first_held_out_problems_before_and_after(tmp_path):
     write(tmp_path / "after", [0, 1, 2, 9, 4, 5, 6])
     text = before_after_samples(tmp_path / "before", tmp_path / "after")
     assert text.count("**q") == 5 and "**q5**" not in text  # the first five, whatever their outcome
-    assert "**q1** (gold 1)\nbefore (wrong):\n\n```text\nT1:9\n```\n\nafter (right):\n\n```text\nT1:1\n```" in text
+    before, after = "before (wrong):\n\n````text\nT1:9\n````", "after (right):\n\n````text\nT1:1\n````"
+    assert f"**q1** (gold 1)\n{before}\n\n{after}" in text

@@ -169,7 +169,7 @@ def before_after_samples(before: Path, after: Path, count: int = 5) -> str:
         for stage, row in (("before", first), ("after", second)):
             verdict = "right" if row["correct"] else "wrong"
             text = (row.get("transcript") or row["completion"]).strip()
-            lines += [f"{stage} ({verdict}):", "", "```text", text, "```", ""]
+            lines += [f"{stage} ({verdict}):", "", "````text", text, "````", ""]  # 4: the text holds ``` fences
     return "\n".join(lines)
 
 
