@@ -89,7 +89,7 @@ probe-tools: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/probe_tool_tasks.py $(ARGS)
 
 # Tool-integrated Dr.GRPO against text-only Dr.GRPO on the probe's task, 3 seeds, side by side (issue 45,
-# docs/tools.md): ~25 min a seed on 2 cores. ARGS="--seeds 0" for one; recipe overrides after `--`.
+# docs/tools.md): ~23 min a seed on 2 cores (Zen 4). ARGS="--seeds 0" for one; recipe overrides after `--`.
 tool-rl: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/tool_rl.py $(ARGS)
 

@@ -439,7 +439,8 @@ def run_probe(settings: ProbeSettings, report: Callable[[str], None] = print) ->
     return probe
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A share (0-1) as a whole percentage; "-" for None (nothing to measure)."""
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
@@ -454,11 +455,11 @@ def format_row(result: dict) -> str:
     b4, b0 = result[f"B{WITH_TOOL_BUDGET}"], result["B0"]
     calls = "-" if b4["calls_per_answer"] is None else f"{b4['calls_per_answer']:.2f}"
     return (
-        f"| {result['family']} | {_pct(b4['accuracy'])} ({_pct(b4['strict_accuracy'])}) | "
-        f"{_pct(b0['accuracy'])} ({_pct(b0['strict_accuracy'])}) | {'yes' if result['in_window'] else 'no'} | "
+        f"| {result['family']} | {percent(b4['accuracy'])} ({percent(b4['strict_accuracy'])}) | "
+        f"{percent(b0['accuracy'])} ({percent(b0['strict_accuracy'])}) | {'yes' if result['in_window'] else 'no'} | "
         f"{calls} | "
-        f"{_pct(b4['programs_without_error'])} | {_pct(b4['box_equals_output'])} | "
-        f"{_pct(b4['truncated'])} / {_pct(b0['truncated'])} |"
+        f"{percent(b4['programs_without_error'])} | {percent(b4['box_equals_output'])} | "
+        f"{percent(b4['truncated'])} / {percent(b0['truncated'])} |"
     )
 
 

@@ -26,7 +26,14 @@ from pathlib import Path
 import yaml
 
 from drgrpo.experiments.smollm2_demo import MODEL, cpu_seconds
-from drgrpo.experiments.tool_probe import WITH_TOOL_BUDGET, Problem, held_out_results, held_out_set, probe_recipe
+from drgrpo.experiments.tool_probe import (
+    WITH_TOOL_BUDGET,
+    Problem,
+    held_out_results,
+    held_out_set,
+    percent,
+    probe_recipe,
+)
 
 # The probe's choice (docs/tools.md, its second round): `What is 2282^2 + 5542^2?`, 22% with the tool, 0% without; in
 # the window with chain2 (12%), and nearer its middle (`tool_probe.chosen_task`).
@@ -173,18 +180,14 @@ def before_after_samples(before: Path, after: Path, count: int = 5) -> str:
     return "\n".join(lines)
 
 
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
-
-
 def format_results(result: dict) -> str:
     """One evaluation's line: accuracy at each budget, and what the programs did at B=4."""
     b4, b0 = result[f"B{WITH_TOOL_BUDGET}"], result["B0"]
     calls = "-" if b4["calls_per_answer"] is None else f"{b4['calls_per_answer']:.2f}"
     return (
-        f"B={WITH_TOOL_BUDGET} {_pct(b4['accuracy'])}, B=0 {_pct(b0['accuracy'])}; at B={WITH_TOOL_BUDGET}: programs "
-        f"per answer {calls}, without error {_pct(b4['programs_without_error'])}, box = last output "
-        f"{_pct(b4['box_equals_output'])}, truncated {_pct(b4['truncated'])}"
+        f"B={WITH_TOOL_BUDGET} {percent(b4['accuracy'])}, B=0 {percent(b0['accuracy'])}; at B={WITH_TOOL_BUDGET}: "
+        f"programs per answer {calls}, without error {percent(b4['programs_without_error'])}, box = last output "
+        f"{percent(b4['box_equals_output'])}, truncated {percent(b4['truncated'])}"
     )
 
 
@@ -212,10 +215,10 @@ def results_table(summary: dict) -> str:
         verdict = seed_verdict(before, row)
         tool, text = row["tool"]["after"], row["text"]["after"]
         lines.append(
-            f"| {seed} | {_pct(before[key]['accuracy'])} -> {_pct(tool[key]['accuracy'])} | "
-            f"{_pct(before['B0']['accuracy'])} -> {_pct(tool['B0']['accuracy'])} | "
-            f"{_pct(before['B0']['accuracy'])} -> {_pct(text['B0']['accuracy'])} | "
-            f"{_pct(before[key]['accuracy'])} -> {_pct(text[key]['accuracy'])} | "
+            f"| {seed} | {percent(before[key]['accuracy'])} -> {percent(tool[key]['accuracy'])} | "
+            f"{percent(before['B0']['accuracy'])} -> {percent(tool['B0']['accuracy'])} | "
+            f"{percent(before['B0']['accuracy'])} -> {percent(text['B0']['accuracy'])} | "
+            f"{percent(before[key]['accuracy'])} -> {percent(text[key]['accuracy'])} | "
             f"{verdict['tool_rise_points']:+.0f} ({'met' if verdict['rise_met'] else 'missed'}) | "
             f"{verdict['tool_over_text_points']:+.0f} ({'met' if verdict['lead_met'] else 'missed'}) | "
             f"{row['tool']['train_seconds'] / 60:.1f} / {row['text']['train_seconds'] / 60:.1f} min "
