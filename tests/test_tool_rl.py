@@ -86,3 +86,43 @@ def test_the_samples_are_the_first_held_out_problems_before_and_after(tmp_path):
     assert text.count("**q") == 5 and "**q5**" not in text  # the first five, whatever their outcome
     before, after = "before (wrong):\n\n````text\nT1:9\n````", "after (right):\n\n````text\nT1:1\n````"
     assert f"**q1** (gold 1)\n{before}\n\n{after}" in text
+
+
+@pytest.mark.slow
+def test_make_tool_rl_end_to_end_on_smollm2_in_miniature(tmp_path):
+    """`make tool-rl`'s stages on the real model, shrunk to one step of one seed on 2 held-out problems: the arms
+    trained side by side from their own recipes, four evaluations after the shared one before, the table, the plot,
+    the samples and the summary."""
+    import json
+
+    from test_tool_smollm2 import _smollm2
+
+    from drgrpo.experiments.tool_rl import ToolRLSettings, run_tool_rl
+
+    _smollm2()
+    settings = ToolRLSettings(
+        output_dir=str(tmp_path / "tool-rl"), seeds=(0,), num_train=8, num_test=2, max_new_tokens=32,
+        eval_batch_size=2,
+        overrides=("--max_steps", "1", "--num_generations", "2", "--per_device_train_batch_size", "2",
+                   "--gradient_accumulation_steps", "1", "--max_completion_length", "32"),
+    )  # fmt: skip
+    summary = run_tool_rl(settings, report=lambda line: None)
+    out = tmp_path / "tool-rl"
+    assert json.loads((out / "summary.json").read_text()) == summary
+    row = summary["seeds"]["0"]
+    assert row["tool"]["steps"] == row["text"]["steps"] == 1
+    assert set(row["tool"]["after"]) == set(summary["before"]) == {"B4", "B0"}
+    # Each arm trained from its own recipe: the tool on and its description in one, both off in the other.
+    tool, text = (yaml_values(out / "seed0" / f"{arm}.yaml") for arm in ("tool", "text"))
+    assert tool["python_tool"] is True and text["python_tool"] is False and tool["seed"] == text["seed"] == 0
+    histories = {arm: (out / "seed0" / arm / "model" / "log_history.jsonl").read_text() for arm in ("tool", "text")}
+    assert "diag/tool/calls_per_answer" in histories["tool"] and "diag/tool/" not in histories["text"]
+    assert (out / "seed0" / "curves.png").stat().st_size > 0
+    assert (out / "seed0" / "samples.md").read_text().count("**What is ") == 2
+    assert "| 0 | " in (out / "results.md").read_text()
+
+
+def yaml_values(path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
