@@ -80,6 +80,8 @@ def skip_unless_required(requirement: str, reason: str) -> NoReturn:
     required = {name.strip() for name in os.environ.get(REQUIRE_ENV, "").split(",") if name.strip()}
     if requirement in required or "all" in required:
         pytest.fail(f"{reason}; {REQUIRE_ENV}={os.environ[REQUIRE_ENV]} requires {requirement!r} on this machine")
+    # Not silent: the reason names the missing capability and how to require it, and pytest's `-ra` (pyproject's
+    # addopts) lists every skip with its reason at the end of the run; CI (`DRGRPO_REQUIRE=all`) fails above instead.
     pytest.skip(reason=f"{reason} (needs {requirement!r}; {REQUIRE_ENV}={requirement} or all fails this test instead)")
 
 

@@ -444,6 +444,11 @@ def percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
+def per_answer(value: float | None) -> str:
+    """Programs per answer to two decimals; "-" for None (no program could run: B=0)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 HEADER = (
     "| family | with tool, B=4 (strict) | without tool, B=0 (strict) | in window | programs per answer (B=4) | "
     "programs without error | box = last output | truncated B=4 / B=0 |"
@@ -453,11 +458,10 @@ HEADER = (
 def format_row(result: dict) -> str:
     """One family's row of the table: the evaluator's accuracy, the strict check's in parentheses."""
     b4, b0 = result[f"B{WITH_TOOL_BUDGET}"], result["B0"]
-    calls = "-" if b4["calls_per_answer"] is None else f"{b4['calls_per_answer']:.2f}"
     return (
         f"| {result['family']} | {percent(b4['accuracy'])} ({percent(b4['strict_accuracy'])}) | "
         f"{percent(b0['accuracy'])} ({percent(b0['strict_accuracy'])}) | {'yes' if result['in_window'] else 'no'} | "
-        f"{calls} | "
+        f"{per_answer(b4['calls_per_answer'])} | "
         f"{percent(b4['programs_without_error'])} | {percent(b4['box_equals_output'])} | "
         f"{percent(b4['truncated'])} / {percent(b0['truncated'])} |"
     )

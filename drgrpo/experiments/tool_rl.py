@@ -31,6 +31,7 @@ from drgrpo.experiments.tool_probe import (
     Problem,
     held_out_results,
     held_out_set,
+    per_answer,
     percent,
     probe_recipe,
 )
@@ -183,11 +184,11 @@ def before_after_samples(before: Path, after: Path, count: int = 5) -> str:
 def format_results(result: dict) -> str:
     """One evaluation's line: accuracy at each budget, and what the programs did at B=4."""
     b4, b0 = result[f"B{WITH_TOOL_BUDGET}"], result["B0"]
-    calls = "-" if b4["calls_per_answer"] is None else f"{b4['calls_per_answer']:.2f}"
     return (
         f"B={WITH_TOOL_BUDGET} {percent(b4['accuracy'])}, B=0 {percent(b0['accuracy'])}; at B={WITH_TOOL_BUDGET}: "
-        f"programs per answer {calls}, without error {percent(b4['programs_without_error'])}, box = last output "
-        f"{percent(b4['box_equals_output'])}, truncated {percent(b4['truncated'])}"
+        f"programs per answer {per_answer(b4['calls_per_answer'])}, without error "
+        f"{percent(b4['programs_without_error'])}, box = last output {percent(b4['box_equals_output'])}, truncated "
+        f"{percent(b4['truncated'])}"
     )
 
 
