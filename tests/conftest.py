@@ -111,6 +111,8 @@ def run_script(monkeypatch, capfd):
     import runpy
     import subprocess
 
+    from drgrpo.core import threads as thread_choice
+
     def run(script: str, *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None):
         capfd.readouterr()  # what the test printed before is not the script's
         environ, root = dict(os.environ), logging.getLogger()
@@ -118,16 +120,13 @@ def run_script(monkeypatch, capfd):
         root.handlers = []  # a fresh process has none: the script's logging.basicConfig takes effect, as typed
         threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
         collecting = gc.isenabled()  # scripts/plan.py pauses the garbage collector for its own short life
-        threads_module = sys.modules.get("drgrpo.core.threads")
-        governor = threads_module._GOVERNOR if threads_module else None
-        if threads_module:  # a fresh process chooses its torch threads afresh, from the environment it is given
-            threads_module._GOVERNOR = None
+        governor = thread_choice._GOVERNOR
+        thread_choice._GOVERNOR = None  # a fresh process chooses its torch threads afresh, from the environment given
         try:
             with monkeypatch.context() as patch:
                 patch.chdir(cwd)
                 patch.setattr(sys, "argv", [script, *args])
-                for key, value in (env or {}).items():
-                    patch.setenv(key, value)
+                os.environ.update(env or {})  # restored with whatever the script itself set
                 status = 0
                 try:
                     runpy.run_path(str(ROOT / script), run_name="__main__")
@@ -146,8 +145,7 @@ def run_script(monkeypatch, capfd):
                 sys.modules["torch"].set_num_threads(threads)
             if collecting:
                 gc.enable()
-            if threads_module:
-                threads_module._GOVERNOR = governor
+            thread_choice._GOVERNOR = governor
         out, err = capfd.readouterr()
         return subprocess.CompletedProcess([PYTHON, script, *args], status, out, err)
 
