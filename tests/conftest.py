@@ -85,6 +85,31 @@ def skip_unless_required(requirement: str, reason: str) -> NoReturn:
     pytest.skip(reason=f"{reason} (needs {requirement!r}; {REQUIRE_ENV}={requirement} or all fails this test instead)")
 
 
+def write_complete_checkpoint(
+    output_dir: Path, step: int, *, skip: tuple[str, ...] = (), state: str | None = None
+) -> Path:
+    """`output_dir/checkpoint-STEP` with the files `Trainer._save_checkpoint` writes, in their real formats (a complete
+    checkpoint reads back whole: drgrpo/core/file_checks.py), minus `skip`; `state`: trainer_state.json's text."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = output_dir / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    writers = {
+        "model.safetensors": lambda path: save_file({"w": torch.arange(6.0).reshape(2, 3)}, path),
+        "optimizer.pt": lambda path: torch.save({"state": {0: {"step": torch.tensor(step)}}}, path),
+        "scheduler.pt": lambda path: torch.save({"last_epoch": step}, path),
+        "rng_state.pth": lambda path: torch.save({"python": step}, path),
+        "trainer_state.json": lambda path: Path(path).write_text(
+            state if state is not None else json.dumps({"global_step": step, "log_history": []})
+        ),
+    }
+    for name, write in writers.items():
+        if name not in skip:
+            write(str(folder / name))
+    return folder
+
+
 @pytest.fixture
 def one_torch_thread():
     """One torch thread in this process for the test: the tiny model gains nothing from threads, and on a shared CPU

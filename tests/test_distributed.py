@@ -77,6 +77,11 @@ def zero3_run(tmp_path_factory, tiny_model_path, addition_data) -> dict:
         "probe_digits",
         "--logging_steps",
         "1",
+        # One checkpoint mid-run: every rank writes its ZeRO shards into the staging folder, the main one renames it.
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
     ]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"ZeRO-3 run failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
@@ -193,3 +198,19 @@ def test_consolidated_model_reloads_in_one_process(zero3_run, tiny_model_path):
     with torch.no_grad():
         logits = trained(torch.tensor([[1, 2, 3]])).logits
     assert logits.shape == (1, 3, trained.config.vocab_size) and torch.isfinite(logits).all()
+
+
+def test_a_zero3_checkpoint_is_saved_whole_by_both_ranks(zero3_run):
+    """Both ranks' optimizer shards are in the checkpoint the main process renamed into place (the staging folder is
+    gone), every file reads back whole, and only the main process took the output_dir's lock."""
+    from drgrpo.core.checkpoints import incomplete_reason
+    from drgrpo.core.durable import STAGING_FOLDER
+    from drgrpo.run.run_lock import LOCK_FILE
+
+    output_dir = zero3_run["output_dir"]
+    checkpoint = output_dir / "checkpoint-2"
+    assert incomplete_reason(checkpoint) is None
+    shards = sorted(p.name for p in (checkpoint / "global_step2").glob("*optim_states.pt"))
+    assert len(shards) == WORLD_SIZE, shards
+    assert not (output_dir / STAGING_FOLDER).exists()
+    assert (output_dir / LOCK_FILE).read_text().count("pid ") == 1

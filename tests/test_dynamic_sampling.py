@@ -212,15 +212,15 @@ def stream_callback(consumed: int, is_main_process: bool):
     """The refill stream's resume callback over a stand-in sampler (only its position and process role matter)."""
     from types import SimpleNamespace
 
-    from drgrpo.algorithm.dynamic_sampling import _SaveStreamPosition
+    from drgrpo.algorithm.dynamic_sampling import _ResumeStreamPosition
 
     accelerator = SimpleNamespace(is_main_process=is_main_process)
-    return _SaveStreamPosition(SimpleNamespace(consumed=consumed, trainer=SimpleNamespace(accelerator=accelerator)))
+    return _ResumeStreamPosition(SimpleNamespace(consumed=consumed, trainer=SimpleNamespace(accelerator=accelerator)))
 
 
 def test_resume_position_is_read_on_the_main_process_and_broadcast(tmp_path, monkeypatch):
-    """Multi-node without shared storage: only the main process's disk holds dynamic_sampling.json (on_save writes it
-    there), so every rank takes the main process's value instead of reading its own disk."""
+    """Multi-node without shared storage: only the main process's disk holds dynamic_sampling.json (written with the
+    checkpoint there), so every rank takes the main process's value instead of reading its own disk."""
     from types import SimpleNamespace
 
     import drgrpo.algorithm.dynamic_sampling as dynamic_sampling
@@ -245,25 +245,28 @@ def test_resume_position_is_read_on_the_main_process_and_broadcast(tmp_path, mon
     assert main.sampler.consumed == other.sampler.consumed == 17
 
 
-def test_the_stream_position_is_in_the_checkpoint_before_its_trainer_state(
+def test_the_stream_position_is_in_the_checkpoint_when_it_appears(
     tiny_model_path, addition_data, tmp_path, monkeypatch
 ):
-    """transformers writes `trainer_state.json` last, and a checkpoint with it counts as complete: the stream's file
-    must already be there when it is written, or a kill between the two resumes with the stream restarted."""
-    from transformers import TrainerState
+    """A checkpoint appears in output_dir whole, in one rename (drgrpo/algorithm/checkpoint_save.py): the stream's file
+    must be in the staged folder by then, beside its trainer_state.json, or a kill right after the rename would resume
+    with the stream restarted."""
+    import drgrpo.algorithm.checkpoint_save as checkpoint_save
 
     seen = []
-    save_to_json = TrainerState.save_to_json
+    publish = checkpoint_save.publish_folder
 
-    def checked_save(self, json_path):
-        seen.append((Path(json_path).parent.name, (Path(json_path).parent / STATE_FILE).is_file()))
-        return save_to_json(self, json_path)
+    def checked_publish(staged, final):
+        seen.append(
+            (Path(final).name, (Path(staged) / STATE_FILE).is_file(), (Path(staged) / "trainer_state.json").is_file())
+        )
+        return publish(staged, final)
 
-    monkeypatch.setattr(TrainerState, "save_to_json", checked_save)
+    monkeypatch.setattr(checkpoint_save, "publish_folder", checked_publish)
     trainer, trained, _ = make_trainer(
         tiny_model_path, addition_data, tmp_path, max_steps=4, save_strategy="steps", save_steps=2
     )
     trainer.train()
-    assert seen == [("checkpoint-2", True), ("checkpoint-4", True)]
+    assert seen == [("checkpoint-2", True, True), ("checkpoint-4", True, True)]
     saved = json.loads((tmp_path / "checkpoint-2" / STATE_FILE).read_text())["consumed"]
     assert saved == trained[0]["consumed"] > 0

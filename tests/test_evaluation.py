@@ -559,7 +559,7 @@ def test_resume_refuses_other_settings(tmp_path, monkeypatch):
 
 
 def test_eval_arguments_validate():
-    with pytest.raises(ValueError, match="top_p must be in"):
+    with pytest.raises(ValueError, match=r"evaluation: top_p: 1.5 is not allowed: .* it takes a number in \(0, 1\]"):
         ev.EvalArguments(model_name_or_path="m", top_p=1.5)
     with pytest.raises(ValueError, match="answer_format 'x'"):
         ev.EvalArguments(model_name_or_path="m", answer_format="x")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, default_sigint, skip_unless_required
+from conftest import PYTHON, ROOT, default_sigint, skip_unless_required, write_complete_checkpoint
 from test_errors import the_error
 
 from drgrpo.core import models
@@ -204,11 +204,7 @@ def test_the_smollm2_recipes_checkpoint_so_a_stopped_run_resumes_as_the_readme_s
     assert interrupted_message(tmp_path, training_args, 3) == (
         "stopped at step 3 of 15, before the first checkpoint; rerunning starts over at step 0."
     )
-    checkpoint = tmp_path / "checkpoint-5"  # complete as transformers writes one (drgrpo/core/checkpoints.py)
-    checkpoint.mkdir()
-    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
-    for name in ("model.safetensors", "optimizer.pt", "scheduler.pt"):
-        (checkpoint / name).write_bytes(b"x")
+    checkpoint = write_complete_checkpoint(tmp_path, 5)  # as transformers writes one (drgrpo/core/checkpoints.py)
     assert interrupted_message(tmp_path, training_args, 7) == (
         f"stopped at step 7 of 15; rerun the same command to resume from {checkpoint} (step 5)."
     )

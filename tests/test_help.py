@@ -46,7 +46,7 @@ def test_help_groups_in_order_with_dr_grpo_first(capsys):
     assert {"dataset_name", "prompt_template"} <= set(groups["data and prompts"])
     assert "reward_funcs" in groups["rewards"] and "correctness_reward" in groups["diagnostics"]
     assert {"advantage_estimator", "kl_in_reward_coef", "dynamic_sampling"} <= set(groups[TITLES[1]])
-    assert groups["output directory"] == ["overwrite_output_dir", "save_merged_model"]
+    assert groups["output directory"] == ["overwrite_output_dir", "allow_data_change", "save_merged_model"]
     assert groups["end-of-answer tokens"] == ["extra_eos_tokens"]
     assert "learning_rate" in groups["training loop (transformers TrainingArguments)"]  # TRL re-declares it
     assert "usage: python scripts/train.py RECIPE.yaml" in text and "--help-all lists every key" in text

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, write_complete_checkpoint
 
 from drgrpo.experiments.comparison import comparison_markdown, difference_notes, final_mean, run_summary
 from drgrpo.observe import metric_names as d
@@ -68,9 +68,13 @@ def fake_history(steps: int, pass_rate_slope: float, incorrect_length: float) ->
 
 
 def write_run(folder, history, *, in_checkpoint: int | None = None):
-    target = folder / f"checkpoint-{in_checkpoint}" if in_checkpoint else folder
-    target.mkdir(parents=True)
-    (target / "trainer_state.json").write_text(json.dumps({"global_step": len(history), "log_history": history}))
+    """A run's trainer_state.json at its top, or (`in_checkpoint`) in a complete checkpoint-N of that step."""
+    state = json.dumps({"global_step": in_checkpoint or len(history), "log_history": history})
+    if in_checkpoint:
+        write_complete_checkpoint(folder, in_checkpoint, state=state)
+    else:
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(state)
     return folder
 
 
@@ -103,6 +107,9 @@ def test_trainer_state_is_found_in_run_dir_file_or_newest_checkpoint(tmp_path):
     write_run(running, [{"step": 2}], in_checkpoint=2)
     write_run(running, [{"step": 10}], in_checkpoint=10)
     assert load_log_history(running) == [{"step": 10}]  # checkpoint-10, not the lexically larger checkpoint-2
+    data = (running / "checkpoint-10" / "optimizer.pt").read_bytes()
+    (running / "checkpoint-10" / "optimizer.pt").write_bytes(data[: len(data) // 2])
+    assert load_log_history(running) == [{"step": 2}]  # the rule resume uses: the newest *complete* checkpoint
     with pytest.raises(FileNotFoundError, match="No trainer_state.json in .*empty"):
         find_trainer_state(tmp_path / "empty")
 

@@ -4,7 +4,9 @@ parser and training function.
 Only these keys change (`cpu_variant`); every other key stays as the recipe ships it, so a key that TRL rejects, a
 column that its dataset does not have, a filter that keeps nothing, or a template that does not render fails here
 rather than on a GPU node:
-- the model: the locally built tiny model (the hub is unreachable, and an 8B model does not train on a CPU);
+- the model: the locally built tiny model (the hub is unreachable, and an 8B model does not train on a CPU), built
+  with a context of 8192 positions, as the recipes' own models have at least (Qwen2.5-Math 4096), so that each
+  recipe's prompt budget (`max_prompt_tokens`) fits it as on its real model;
 - the data: a small local file in the format of each dataset the recipe names (tests/dataset_formats.py: the same
   columns and value types), replacing the hub id (and its config/split) or the shipped local path; every column
   mapping, filter, answer_extraction, template and mixture weight stays;
@@ -50,6 +52,14 @@ GPU_ONLY = {"use_vllm": False, "bf16": False, "use_cpu": True}
 SOURCE_KEYS = ("dataset_name", "dataset_config", "dataset_path", "split")
 
 
+@pytest.fixture(scope="module")
+def recipe_model(tmp_path_factory) -> Path:
+    """The tiny model with 8192 positions (see the module docstring)."""
+    from drgrpo.experiments.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-8k"), seed=0, max_position_embeddings=8192)
+
+
 def _local_source(entry: dict, split_key: str, data_dir: Path, number: int) -> dict:
     """A copy of a data source with its hub id / shipped path replaced by a local file of the same format."""
     name = entry.get("dataset_name") or entry.get("dataset_path")
@@ -87,14 +97,14 @@ def cpu_variant(recipe: dict, model: Path, data_dir: Path, output_dir: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
-def test_recipe_runs_two_steps_on_cpu(recipe, tiny_model_path, tmp_path, monkeypatch):
+def test_recipe_runs_two_steps_on_cpu(recipe, recipe_model, tmp_path, monkeypatch):
     from drgrpo.recipe.cli import parse_recipe
     from drgrpo.run.training import train
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     shipped = yaml.safe_load(recipe.read_text())
-    variant = cpu_variant(shipped, tiny_model_path, tmp_path / "data", tmp_path / "run")
+    variant = cpu_variant(shipped, recipe_model, tmp_path / "data", tmp_path / "run")
     changed = {key for key in variant if variant.get(key) != shipped.get(key)} | (shipped.keys() - variant.keys())
     allowed = {*SIZES, *OPTIONAL_SIZES, *GPU_ONLY, *SOURCE_KEYS, "dataset_train_split", "dataset_test_split"}
     allowed |= {"model_name_or_path", "attn_implementation", "dataset_mixture", "dataset_test_path", "output_dir"}
@@ -114,7 +124,7 @@ def test_recipe_runs_two_steps_on_cpu(recipe, tiny_model_path, tmp_path, monkeyp
         assert (trainer.args.scale_rewards, trainer.args.loss_type, trainer.args.beta) == ("none", "dr_grpo", 0.0)
 
 
-def test_a_recipe_that_does_not_fit_its_dataset_fails_the_cpu_run(tiny_model_path, tmp_path):
+def test_a_recipe_that_does_not_fit_its_dataset_fails_the_cpu_run(recipe_model, tmp_path):
     """The check can fail: MATH's level is the string "Level 3", so an integer level filter keeps no row."""
     from drgrpo.recipe.cli import parse_recipe
     from drgrpo.run.training import train
@@ -122,6 +132,6 @@ def test_a_recipe_that_does_not_fit_its_dataset_fails_the_cpu_run(tiny_model_pat
     shipped = yaml.safe_load((ROOT / "recipes" / "qwen3_8b_drgrpo.yaml").read_text())
     broken = {**shipped, "dataset_filter": {"level": [3, 4, 5]}}
     path = tmp_path / "broken.yaml"
-    path.write_text(yaml.safe_dump(cpu_variant(broken, tiny_model_path, tmp_path / "data", tmp_path / "run")))
+    path.write_text(yaml.safe_dump(cpu_variant(broken, recipe_model, tmp_path / "data", tmp_path / "run")))
     with pytest.raises(ValueError, match="kept 0 of 20 rows"):
         train(*parse_recipe([str(path)]))

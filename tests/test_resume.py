@@ -13,26 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, write_complete_checkpoint
 
 from drgrpo.core.checkpoints import checkpoint_step, find_resumable_checkpoint, incomplete_reason
 
+write_checkpoint = write_complete_checkpoint
 
-def write_checkpoint(output_dir: Path, step: int, *, skip: tuple[str, ...] = (), state: str | None = None) -> Path:
-    """A checkpoint folder with the files `Trainer._save_checkpoint` writes, minus `skip`."""
-    folder = output_dir / f"checkpoint-{step}"
-    folder.mkdir(parents=True)
-    files = {
-        "model.safetensors": "weights",
-        "optimizer.pt": "adam",
-        "scheduler.pt": "lr",
-        "rng_state.pth": "rng",
-        "trainer_state.json": state if state is not None else json.dumps({"global_step": step, "log_history": []}),
-    }
-    for name, content in files.items():
-        if name not in skip:
-            (folder / name).write_text(content)
-    return folder
+
+def cut_in_half(path: Path) -> None:
+    """What a power loss or a full disk leaves: the file's first half."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
 
 
 def test_checkpoint_step_parses_only_checkpoint_folders():
@@ -58,11 +49,18 @@ def test_newest_by_step_number_not_by_name(tmp_path):
         ({"skip": ("model.safetensors",)}, "no model weights"),
         ({"skip": ("optimizer.pt",)}, "optimizer.pt is missing"),
         ({"skip": ("scheduler.pt",)}, "scheduler.pt is missing"),
+        ({"cut": "optimizer.pt"}, "optimizer.pt is not a whole torch archive"),
+        ({"cut": "model.safetensors"}, "model.safetensors is cut short"),
+        ({"cut": "rng_state.pth"}, "rng_state.pth is not a whole torch archive"),
+        ({"cut": "scheduler.pt"}, "scheduler.pt is not a whole torch archive"),
     ],
 )
 def test_half_written_checkpoint_is_skipped_with_a_warning(tmp_path, caplog, kwargs, reason):
     write_checkpoint(tmp_path, 3)
+    cut = kwargs.pop("cut", None)
     broken = write_checkpoint(tmp_path, 6, **kwargs)
+    if cut is not None:
+        cut_in_half(broken / cut)
     assert reason in incomplete_reason(broken)
     with caplog.at_level(logging.WARNING, logger="drgrpo.core.checkpoints"):
         assert find_resumable_checkpoint(tmp_path) == tmp_path / "checkpoint-3"
@@ -75,18 +73,28 @@ def test_sharded_weights_need_every_shard_and_deepspeed_state_counts_as_weights(
     sharded = write_checkpoint(tmp_path, 2, skip=("model.safetensors",))
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
-    (sharded / "model-00001-of-00002.safetensors").write_text("w")
+    write_checkpoint(tmp_path / "shard", 1)
+    shutil.copy(tmp_path / "shard" / "checkpoint-1" / "model.safetensors", sharded / "model-00001-of-00002.safetensors")
     assert "model-00002-of-00002.safetensors" in incomplete_reason(sharded)
-    (sharded / "model-00002-of-00002.safetensors").write_text("w")
+    shutil.copy(sharded / "model-00001-of-00002.safetensors", sharded / "model-00002-of-00002.safetensors")
     assert incomplete_reason(sharded) is None
+    cut_in_half(sharded / "model-00002-of-00002.safetensors")
+    assert "model-00002-of-00002.safetensors is cut short" in incomplete_reason(sharded)
+    shutil.copy(sharded / "model-00001-of-00002.safetensors", sharded / "model-00002-of-00002.safetensors")
 
     # ZeRO-3 without gathered 16-bit weights: no model file, the state lives in global_stepN (named by `latest`).
     zero = write_checkpoint(tmp_path, 4, skip=("model.safetensors", "optimizer.pt", "scheduler.pt"))
     (zero / "latest").write_text("global_step4")
     (zero / "global_step4").mkdir()
     assert "DeepSpeed state folder global_step4 is empty" in incomplete_reason(zero)
-    (zero / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_text("shard")
+    shard = zero / "global_step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    torch.save({"optimizer_state_dict": {}}, shard)
     assert incomplete_reason(zero) is None
+    cut_in_half(shard)
+    assert "global_step4/zero_pp_rank_0_mp_rank_00_optim_states.pt is not a whole torch archive" in (
+        incomplete_reason(zero)
+    )
+    torch.save({"optimizer_state_dict": {}}, shard)
     assert find_resumable_checkpoint(tmp_path) == zero
 
 

@@ -6,6 +6,8 @@ May import: `drgrpo.core`, `rewards`, `drgrpo.data`, `drgrpo.observe` (and torch
 
 Modules, each importing only the ones listed before it:
 - `schedule_keys`: the ranges of the batch and schedule keys (zero, negative, fractional refused), one check for all;
+- `sampling_keys`: the ranges of the sampling keys (temperature, top_p, ...) for training and evaluation, and the
+  generation budget against the model's context;
 - `dr_grpo_keys`: what `dr_grpo: true` does with each TRL key (refused by value, named on the card, allowed);
 - `advantages`: `group_advantages` (GRPO / Dr.GRPO / leave-one-out) and reward combination, pure functions;
 - `kl`: KL to the reference policy as a penalty in the reward (verl's estimators);
@@ -19,6 +21,8 @@ Modules, each importing only the ones listed before it:
 - `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the prompt, the LM head on CPU);
 - `sampler_correction`: TRL's importance-sampling weight pi_learner / pi_sampler for the engine's samples;
 - `console_table`: TRL's console completions table given text with its control characters escaped;
+- `checkpoint_save`: checkpoints staged, fsynced and renamed into place (whole or absent); a full disk in one line;
+- `finite_steps`: a step with a non-finite loss or gradient norm stops the run before it is saved;
 - `config`: `DrGRPOConfig`, where `dr_grpo: true` is resolved into TRL's settings;
 - `trainer`: `DrGRPOTrainer`, the smallest set of `GRPOTrainer` overrides that uses the modules above.
 """

@@ -17,6 +17,7 @@ from drgrpo.algorithm.dr_grpo_keys import algorithm_name, check_dr_grpo_keys
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
 from drgrpo.algorithm.rollout.arguments import EngineArguments, ToolArguments, resolve_generation_engine
+from drgrpo.algorithm.sampling_keys import GENERATION_KWARGS, SAMPLING_KEYS, check_sampling_values
 from drgrpo.algorithm.schedule_keys import SCHEDULE_KEYS, check_schedule_values
 from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.cpu_bf16 import resolve_bf16, this_cpu_bf16
@@ -143,6 +144,9 @@ class DrGRPOConfig(
         # Zero, negative or fractional batch and schedule keys (drgrpo/algorithm/schedule_keys.py; recipes are
         # checked there before parsing, with their file's name): TRL's __post_init__ would divide by them.
         check_schedule_values({key: getattr(self, key) for key in SCHEDULE_KEYS if hasattr(self, key)}, "config")
+        # Sampling keys out of range (drgrpo/algorithm/sampling_keys.py): TRL would divide by temperature 0, and a
+        # temperature of 1e-40 or NaN trains every weight to NaN.
+        check_sampling_values({key: getattr(self, key) for key in (*SAMPLING_KEYS, GENERATION_KWARGS)}, "config")
         if self.advantage_std_ddof not in (0, 1):
             raise ValueError(f"advantage_std_ddof must be 0 or 1, got {self.advantage_std_ddof}.")
         if self.advantage_epsilon < 0:

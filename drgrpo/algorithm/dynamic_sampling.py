@@ -155,7 +155,12 @@ class DynamicSampler:
         self.rows_held_peak = 0  # most batch rows this rank held at once (its slice: at most local rows)
         self.rows_received_peak = 0  # most rows of one rank's broadcast this rank received at once
         self.warned = False
-        trainer.add_callback(_SaveStreamPosition(self))
+        trainer.add_callback(_ResumeStreamPosition(self))
+
+    def write_state(self, folder: Path) -> None:
+        """Write the refill stream's position (`consumed` prompts, `generated_tokens`) into checkpoint `folder`."""
+        state = {"consumed": self.consumed, "generated_tokens": self.generated_tokens}
+        (folder / STATE_FILE).write_text(json.dumps(state))
 
     def fill(self, inputs: list[dict], score) -> dict[str, Any]:
         trainer, args = self.trainer, self.trainer.args
@@ -341,40 +346,20 @@ def exhausted_message(rounds: int, informative: int, target: int) -> str:
     )
 
 
-class _SaveStreamPosition(TrainerCallback):
-    """Writes the refill stream's position into each checkpoint and reads it back when training resumes.
+class _ResumeStreamPosition(TrainerCallback):
+    """Reads the refill stream's position back from the checkpoint a run resumes from.
 
-    The file is written when a save is decided (`control.should_save` at the end of a step or epoch, after TRL's
-    `DefaultFlowCallback` set it), that is *before* transformers writes the checkpoint, whose `trainer_state.json`
-    comes last: a checkpoint `find_resumable_checkpoint` calls complete always holds it. Written from `on_save`
-    alone, a kill between the two left a complete-looking checkpoint without it, and the resumed run restarted the
-    stream from its beginning. `on_save` writes it again, for a save made outside that flow."""
+    The position is written by `DynamicSampler.write_state`, which `DrGRPOTrainer` calls while it stages a checkpoint
+    (drgrpo/algorithm/checkpoint_save.py), so the file is part of the same atomic save as the weights: a checkpoint
+    `find_resumable_checkpoint` calls complete always holds it."""
 
     def __init__(self, sampler: DynamicSampler) -> None:
         self.sampler = sampler
 
-    def _write(self, args, state) -> None:
-        if state.is_world_process_zero:
-            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            folder.mkdir(parents=True, exist_ok=True)
-            state_now = {"consumed": self.sampler.consumed, "generated_tokens": self.sampler.generated_tokens}
-            (folder / STATE_FILE).write_text(json.dumps(state_now))
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if control.should_save:
-            self._write(args, state)
-
-    def on_epoch_end(self, args, state, control, **kwargs):
-        if control.should_save:
-            self._write(args, state)
-
-    def on_save(self, args, state, control, **kwargs):
-        self._write(args, state)
-
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             return
-        # Only the main process wrote the file (`on_save`), to its own disk: on several nodes without shared storage
+        # Only the main process wrote the file (`write_state`), to its own disk: on several nodes without shared storage
         # the other ranks' disks lack it, and a rank that restarted the stream would refill from other prompts than
         # rank 0. So the main process reads it and every rank takes its value.
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE

@@ -93,7 +93,8 @@ def schedule_value_problem(key: str, value: Any) -> str | None:
     return f"{value!r} is not allowed: it counts {spec.counts}, so it takes {least}{also}"
 
 
-def _fix(key: str, where: str) -> str:
+def fix_hint(key: str, where: str) -> str:
+    """How to fix a key's value at its place: " Fix it in the recipe, or override it with --key VALUE." for a recipe."""
     if where.startswith("recipe"):
         return f" Fix it in the recipe, or override it with --{key} VALUE."
     if where == "command line":
@@ -109,4 +110,4 @@ def check_schedule_values(values: Mapping[str, Any], where: str, sources: Mappin
         problem = schedule_value_problem(key, value)
         if problem is not None:
             place = (sources or {}).get(key, where)
-            raise RecipeError(f"{place}: {key}: {problem}.{_fix(key, place)}")
+            raise RecipeError(f"{place}: {key}: {problem}.{fix_hint(key, place)}")

@@ -1,7 +1,10 @@
 """`DrGRPOTrainer`: TRL's `GRPOTrainer` with its advantages computed by `drgrpo.algorithm.advantages.group_advantages`,
 and the per-step diagnostics of `drgrpo.observe.diagnostics` logged next to TRL's own metrics.
 
-Everything else (generation, the clipped surrogate, the `dr_grpo` loss aggregation, vLLM, DeepSpeed) is TRL's.
+Its checkpoints are saved whole or not at all (`StagedCheckpoints`, drgrpo/algorithm/checkpoint_save.py) and a step
+whose loss or gradient norm is not finite stops the run before it is saved (`FiniteSteps`, drgrpo/algorithm/
+finite_steps.py). Everything else (generation, the clipped surrogate, the `dr_grpo` loss aggregation, vLLM, DeepSpeed)
+is TRL's.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from drgrpo.algorithm.advantages import (
     truncated_at_group_lowest,
     truncated_completions,
 )
+from drgrpo.algorithm.checkpoint_save import StagedCheckpoints
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.console_table import escaped_console_table
 from drgrpo.algorithm.dynamic_sampling import DynamicSampler
 from drgrpo.algorithm.eos import apply_extra_eos_tokens
 from drgrpo.algorithm.family import family_card, recomputes_old_logprobs
+from drgrpo.algorithm.finite_steps import FiniteSteps
 from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
 from drgrpo.algorithm.padding import bucket_micro_batches, grouping_changes_the_loss, micro_batch_layout
 from drgrpo.algorithm.rollout.trainer_engine import build_trainer_engine
@@ -50,7 +55,7 @@ def replace_tail(buffer: MutableSequence[float], values: Sequence[float]) -> Non
         buffer[offset + i] = value
 
 
-class DrGRPOTrainer(GRPOTrainer):
+class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
     """GRPO / Dr.GRPO trainer configured by a `DrGRPOConfig`.
 
     With every added key at its default, the only change to TRL's algorithm is *where the advantage comes from*: one
@@ -390,6 +395,11 @@ class DrGRPOTrainer(GRPOTrainer):
         diagnostics.reduce_to_max(self._metrics[mode], metric_names.MINIMUM_METRICS, reduce=min)
         with escaped_console_table():
             super().log(logs, start_time)
+
+    # The refill stream's position is saved with each checkpoint, inside its atomic save (StagedCheckpoints).
+    def _write_checkpoint_extras(self, folder):
+        if self._dynamic_sampler is not None:
+            self._dynamic_sampler.write_state(folder)
 
     # Override: transformers checks for the run's last step only after training one. A run resumed from a checkpoint
     # at its last step (killed after saving it, before its final save) would train one step past max_steps and save

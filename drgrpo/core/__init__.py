@@ -9,7 +9,10 @@ Modules, each importing only the ones listed before it:
 - `noise`: filters for two library messages no user can act on (DeepSpeed's CPU fallback, transformers'
   gradient-checkpointing renames), installed when `drgrpo` is imported;
 - `errors`: `RecipeError` and friends, and `run_main`, which prints a user error as one line with its fix;
+- `file_checks`: whether a saved file reads back whole (a safetensors header, a torch archive's zip directory, JSON);
 - `checkpoints`: the `checkpoint-N` folders of an output directory, the newest complete one to resume from;
+- `durable`: a folder saved whole or not at all (staged, fsynced, renamed into place);
+- `disk`: a full disk said as one line naming the folder, the bytes free and the fix;
 - `models`: which model a name means (prepared short names, local folders, hub ids), checked before loading, and
   loading from the cache first;
 - `adapters`: LoRA adapter folders loaded, merged and recorded with a portable base name, as models;

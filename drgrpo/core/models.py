@@ -6,22 +6,28 @@ Every loader calls `resolve_model`: training (`drgrpo.run.training.train`), eval
 preview (`--show_prompts`) and the demo. Prepared models live in the model cache, `$DRGRPO_MODEL_CACHE`, else
 `$XDG_CACHE_HOME/drgrpo/models`, else `~/.cache/drgrpo/models`, one folder per short name; `make smollm2`
 (`drgrpo.setup.model_prep`) writes them. `load_pretrained` loads through `resolve_model` from the local files first,
-so that a cached model never touches the network and one that is not is tried once. This module only reads: it
-imports no torch and no transformers (huggingface_hub only when a hub id is checked).
+so that a cached model never touches the network and one that is not is tried once. A local folder's weight files
+must read back whole (`drgrpo.core.checkpoints.weights_problem`: a cut-short safetensors file is named here, not in a
+traceback from its loader), and a training run's output_dir that holds no final model names its newest complete
+checkpoint. This module only reads: it imports no torch, and transformers only to read a config
+(`read_model_config`), huggingface_hub only when a hub id is checked.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from drgrpo.core.checkpoints import checkpoint_folders, newest_complete_checkpoint, weights_problem
 from drgrpo.core.errors import RecipeError
 
+logger = logging.getLogger(__name__)
 Loaded = TypeVar("Loaded")
 MODEL_CACHE_ENV = "DRGRPO_MODEL_CACHE"
 # HF_HUB_OFFLINE as huggingface_hub reads it (constants.HF_HUB_OFFLINE is read once, when it is first imported).
@@ -200,6 +206,8 @@ def resolve_model(
         base = adapter_base(path)
         if base is not None and adapters:
             resolve_model(base, key=f"the base model of the adapter {name!r} ({ADAPTER_CONFIG})")
+            if (problem := weights_problem(path)) is not None:
+                raise RecipeError(f"{key} {name!r}: {problem}, so the adapter cannot load. Save it again.")
             return str(path)
         if base is not None:
             raise RecipeError(
@@ -207,9 +215,22 @@ def resolve_model(
                 f"its base, or from its merged model ({name}/{MERGED_FOLDER}, written with save_merged_model: true)."
             )
         if not (path / "config.json").is_file():
+            if checkpoint_folders(path):  # a training run stopped before its final save
+                newest = newest_complete_checkpoint(path)
+                use = (
+                    f"evaluate or start from its newest complete checkpoint, {newest}"
+                    if newest
+                    else ("none of its checkpoint-N folders is complete")
+                )
+                raise RecipeError(f"{key} {name!r} is a training run's output_dir without a final model: {use}.")
             raise RecipeError(
                 f"{key} {name!r} is a folder without config.json, not a saved model: point it at a folder written "
                 "by save_pretrained (a training run's output_dir), or a short name such as 'smollm2-135m-instruct'."
+            )
+        if (problem := weights_problem(path)) is not None:
+            raise RecipeError(
+                f"{key} {name!r}: {problem}, so the model cannot load. Save it again, or use a checkpoint of its run "
+                "whose files are whole."
             )
         return str(path)
     if path.exists() or _looks_like_path(name):
@@ -232,6 +253,22 @@ def resolve_model(
             f"({', '.join(PREPARED_MODELS)})."
         )
     return name
+
+
+def read_model_config(resolved: str, revision: str | None = None) -> Any:
+    """The transformers config of a model `resolve_model` accepted (a LoRA adapter's: its base's), read from its
+    `config.json` alone, without weights; None, said in one INFO line, when it cannot be read (a hub model that only
+    the hub knows: its lengths are then checked when it loads)."""
+    from transformers import AutoConfig
+
+    base = adapter_base(resolved) if Path(resolved).is_dir() else None
+    target = resolve_model(base, key=f"the base model of {resolved!r}") if base is not None else resolved
+    try:
+        return AutoConfig.from_pretrained(target, revision=None if base else revision)
+    except (OSError, ValueError) as error:
+        logger.info("The config of %s could not be read before loading (%s); its context length is not checked.",
+                    target, str(error).splitlines()[0] if str(error) else type(error).__name__)  # fmt: skip
+        return None
 
 
 def load_pretrained(

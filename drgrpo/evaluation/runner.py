@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from drgrpo.algorithm.eos import extra_eos_token_ids
+from drgrpo.algorithm.sampling_keys import EVALUATION, check_context_length, check_sampling_values
 from drgrpo.core.adapters import tokenizer_folder
 from drgrpo.core.errors import command_flag
-from drgrpo.core.models import resolve_model
+from drgrpo.core.models import read_model_config, resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data.golds import ANSWER_FORMATS
 from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend, choose_backend
@@ -136,10 +137,8 @@ class EvalArguments:
         check_tool_budget(self.tool_max_calls)
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}.")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
+        # The sampling table training uses (drgrpo/algorithm/sampling_keys.py), where temperature 0 is greedy.
+        check_sampling_values({"temperature": self.temperature, "top_p": self.top_p}, "evaluation", purpose=EVALUATION)
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}.")
         if self.answer_format is not None and self.answer_format not in ANSWER_FORMATS:
@@ -310,6 +309,13 @@ def run_evaluation(args: EvalArguments) -> dict:
     extra_eos_ids = extra_eos_token_ids(tokenizer, extra_eos_tokens)  # an unknown token fails before the model loads
     questions = [p.question for p in bench.problems]
     built = build_prompts(tokenizer, questions, template, system_prompt, chat_kwargs, examples)
+    # The longest prompt and max_new_tokens must fit the model's context (drgrpo/algorithm/sampling_keys.py): said
+    # here, from its config.json, before the model loads.
+    if (model_config := read_model_config(model_path)) is not None:
+        longest = max((len(ids) for _, ids in built), default=0)
+        check_context_length(
+            model_config, args.model_name_or_path, args.max_new_tokens, longest, "max_new_tokens", "the longest prompt"
+        )
     prompts = {p.index: prompt for p, prompt in zip(bench.problems, built, strict=True)}
     pending = [
         Request(p.index, s, tuple(prompts[p.index][1]), sample_seed(args.seed, p.index, s))

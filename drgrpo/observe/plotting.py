@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drgrpo.core.checkpoints import checkpoint_folders
+from drgrpo.core.checkpoints import find_resumable_checkpoint
 from drgrpo.observe import metric_names as d
 
 if TYPE_CHECKING:  # matplotlib is imported when a figure is drawn, so that importing this module stays light
@@ -111,9 +111,10 @@ def find_trainer_state(run: str | Path) -> Path:
         return run
     if (run / TRAINER_STATE).is_file():
         return run / TRAINER_STATE
-    checkpoints = [folder for folder in checkpoint_folders(run) if (folder / TRAINER_STATE).is_file()]
-    if checkpoints:
-        return checkpoints[-1] / TRAINER_STATE
+    # The rule resume uses (drgrpo/core/checkpoints.py): the newest complete checkpoint, newer ones skipped in a line.
+    newest = find_resumable_checkpoint(run)
+    if newest is not None:
+        return newest / TRAINER_STATE
     raise FileNotFoundError(
         f"No {TRAINER_STATE} in {str(run)!r} nor in a checkpoint-N folder under it. Pass a training output_dir (or the "
         f"{TRAINER_STATE} file itself) of a run that logged at least one step."

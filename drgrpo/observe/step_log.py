@@ -19,6 +19,7 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from drgrpo.core.disk import disk_full_as_one_line
 from drgrpo.observe.metric_names import PASS_RATE, TRL_MEAN_LENGTH, TRL_REWARD, TRUNCATION_RATE
 
 LOG_FILE = "log_history.jsonl"
@@ -94,7 +95,11 @@ class _LogFile:
 
     def append(self, args, state, logs: Mapping[str, Any]) -> None:
         row = {"step": state.global_step, **{key: _json_value(value) for key, value in logs.items()}}
-        with open(Path(args.output_dir) / LOG_FILE, "a") as f:
+        # A full disk is one line naming output_dir (drgrpo/core/disk.py), not a traceback from this write.
+        with (
+            disk_full_as_one_line(args.output_dir, f"writing {LOG_FILE}"),
+            open(Path(args.output_dir) / LOG_FILE, "a") as f,
+        ):
             f.write(json.dumps(row) + "\n")
 
 

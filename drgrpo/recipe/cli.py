@@ -81,6 +81,7 @@ def recipe_values(path: str | Path | None, overrides: Sequence[str] = ()) -> dic
     (`learning_rate: 1e-6` is YAML's string "1e-6": a float here). An unknown key, a value of the wrong type or a zero
     schedule key is a `RecipeError` naming its place."""
     recipe = read_recipe(path) if path else {}  # before the heavy imports: a wrong path fails at once
+    from drgrpo.algorithm.sampling_keys import check_sampling_values
     from drgrpo.algorithm.schedule_keys import check_schedule_values
     from drgrpo.recipe.parser import actions_by_key, check_values
 
@@ -105,6 +106,8 @@ def recipe_values(path: str | Path | None, overrides: Sequence[str] = ()) -> dic
     values.update(command_line)
     # Zero, negative or fractional schedule keys: refused here, before the preflight stand-ins replace them.
     check_schedule_values(values, where, dict.fromkeys(command_line, "command line"))
+    # Sampling keys out of range (temperature 0 or NaN, min_p 1.5, ...): refused before any model loads.
+    check_sampling_values(values, where, dict.fromkeys(command_line, "command line"))
     return values
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from drgrpo.core.checkpoints import WEIGHT_FILES, checkpoint_folders
+from drgrpo.core.durable import remove_staging
 from drgrpo.core.errors import RecipeError, UsageError, command_flag
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ BOOKKEEPING_KEYS = frozenset(
         "output_dir", "overwrite_output_dir", "run_name", "project", "report_to", "disable_tqdm",
         "resume_from_checkpoint", "show_prompts", "push_to_hub", "local_rank", "do_train", "do_eval", "do_predict",
         "num_completions_to_print", "skip_memory_metrics", "torch_empty_cache_steps", "check_gold_answers",
-        "reward_num_workers", "reward_worker_memory_mb",
+        "reward_num_workers", "reward_worker_memory_mb", "allow_data_change",
         # Where the vLLM server runs changes with every Slurm job (scripts/slurm passes --vllm_server_host).
         "vllm_server_host", "vllm_server_port", "vllm_server_base_url", "vllm_server_timeout", "vllm_group_port",
     }
@@ -68,6 +69,14 @@ class OutputDirArguments:
             "help": "Train into an output_dir that holds a model or checkpoints of a run with different settings: "
             "start afresh there (its checkpoint-N folders are deleted, its model replaced at the end). Without it "
             "such a run is refused; a run with the same settings resumes from its newest complete checkpoint."
+        },
+    )
+    allow_data_change: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume a run although its training data changed since it started (the run record keeps a "
+            "fingerprint of the rows it trains on, drgrpo/run/data_fingerprint.py): without it such a resume is "
+            "refused, naming the data; with it the run goes on with the new rows and records them."
         },
     )
     save_merged_model: bool = field(
@@ -189,9 +198,18 @@ def check_output_dir(output_dir: str | Path, settings: Mapping[str, Any], *, ove
         )
 
 
-def start_run(output_dir: str | Path, settings: Mapping[str, Any], *, run_name: str | None, overwrite: bool) -> None:
-    """Claim `output_dir` for this run (main process only): write its record; with `overwrite`, first delete the old
-    run's checkpoints and record, so that nothing of it can be resumed later."""
+def start_run(
+    output_dir: str | Path,
+    settings: Mapping[str, Any],
+    *,
+    run_name: str | None,
+    overwrite: bool,
+    data: Mapping[str, Any] | None = None,
+) -> None:
+    """Claim `output_dir` for this run (main process only): write its record (its settings, and `data`, what
+    `drgrpo.run.data_fingerprint.data_record` keeps of its training data); with `overwrite`, first delete the old
+    run's checkpoints and record, so that nothing of it can be resumed later. What an interrupted save left (its
+    staging folder, drgrpo/core/durable.py) is removed."""
     output_dir = Path(output_dir)
     if overwrite:
         stale = checkpoint_folders(output_dir)
@@ -205,7 +223,10 @@ def start_run(output_dir: str | Path, settings: Mapping[str, Any], *, run_name: 
                 ", ".join(folder.name for folder in stale),
             )
     output_dir.mkdir(parents=True, exist_ok=True)
-    record = {"run_name": run_name, "settings": dict(settings)}
+    remove_staging(output_dir)
+    record: dict[str, Any] = {"run_name": run_name, "settings": dict(settings)}
+    if data is not None:
+        record["data"] = dict(data)
     temporary = output_dir / f"{RUN_RECORD}.tmp"
     temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     temporary.replace(output_dir / RUN_RECORD)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,18 +16,23 @@ from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import extra_eos_token_ids
 from drgrpo.algorithm.rollout.python_tool import build_python_tool, tool_reward_funcs
 from drgrpo.algorithm.rollout.trl_rollout import make_rollout_func
+from drgrpo.algorithm.sampling_keys import check_context_length
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from drgrpo.core.adapters import record_portable_base, save_merged
-from drgrpo.core.checkpoints import find_resumable_checkpoint
+from drgrpo.core.checkpoints import find_resumable_checkpoint, newest_complete_checkpoint
+from drgrpo.core.disk import disk_full_as_one_line
 from drgrpo.core.heap import release_free_memory
-from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, resolve_model
+from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, read_model_config, resolve_model
 from drgrpo.core.threads import adapt_torch_threads
 from drgrpo.data import load_prompt_dataset
+from drgrpo.data.sources import data_sources
 from drgrpo.observe.step_log import use_step_lines
 from drgrpo.run.arguments import ScriptArguments
-from drgrpo.run.output_guard import check_output_dir, check_writable, run_settings, start_run
+from drgrpo.run.data_fingerprint import check_resumed_data, data_record, dataset_fingerprint
+from drgrpo.run.output_guard import check_output_dir, check_writable, read_record, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
 from drgrpo.run.resume import finished_run, interrupted_message, start_status, unfinished_run
+from drgrpo.run.run_lock import hold_output_dir
 from drgrpo.run.stage_precision import trainer_precision_line
 from rewards import get_reward_funcs
 
@@ -68,9 +75,23 @@ def train(
     `callbacks`: extra `TrainerCallback`s (an experiment's time budget, drgrpo/experiments/budget.py)."""
     if not model_args.model_name_or_path:
         raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
-    # Refuse before anything is loaded when output_dir cannot be written or holds another run's model
-    # (drgrpo/run/output_guard.py).
+    # Refuse before anything is loaded when output_dir cannot be written (drgrpo/run/output_guard.py).
     check_writable(training_args.output_dir)
+    # A full disk anywhere in the run is one line naming output_dir (drgrpo/core/disk.py); `held` keeps the run's lock
+    # on output_dir (taken below, before anything is written there) until the run ends.
+    with contextlib.ExitStack() as held, disk_full_as_one_line(training_args.output_dir, "writing the run's files"):
+        return _train(script_args, training_args, model_args, callbacks, held)
+
+
+def _train(
+    script_args: ScriptArguments,
+    training_args: DrGRPOConfig,
+    model_args: ModelConfig,
+    callbacks: Sequence[TrainerCallback],
+    held: contextlib.ExitStack,
+) -> DrGRPOTrainer | None:
+    """`train`'s body; the output_dir's lock goes into `held`."""
+    # An output_dir that holds another run's model is refused before anything loads (drgrpo/run/output_guard.py).
     settings = run_settings(script_args, training_args, model_args)
     overwrite = script_args.overwrite_output_dir
     check_output_dir(training_args.output_dir, settings, overwrite=overwrite)
@@ -98,6 +119,10 @@ def train(
     # A short name (`smollm2-135m-instruct`) becomes its cached folder; a missing folder or an uncached hub id offline
     # fails here in one line (drgrpo/core/models.py), before any weights load.
     model_path = resolve_model(model_args.model_name_or_path, model_args.model_revision)
+    # The generation budget must fit the model's context (its config.json; drgrpo/algorithm/sampling_keys.py).
+    if (model_config := read_model_config(model_path, model_args.model_revision)) is not None:
+        budget = training_args.max_completion_length
+        check_context_length(model_config, model_args.model_name_or_path, budget, script_args.max_prompt_tokens)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -114,6 +139,22 @@ def train(
         tokenizer=tokenizer,
         chat_template_kwargs=training_args.chat_template_kwargs,
     )
+    # The data a run resumes on is the data it started on (drgrpo/run/data_fingerprint.py): checked before the model
+    # loads, against the fingerprint the run record keeps.
+    sources = [source.label for source in data_sources(script_args)]
+    data = data_record(dataset_fingerprint(train_dataset), sources, len(train_dataset))
+    if not overwrite and newest_complete_checkpoint(training_args.output_dir) is not None:
+        check_resumed_data(
+            read_record(Path(training_args.output_dir)),
+            data,
+            training_args.output_dir,
+            allow_change=script_args.allow_data_change,
+        )
+    # One run per output_dir (drgrpo/run/run_lock.py): everything above only read it; the lock is taken before the
+    # model loads and the first write, and held until the run ends. Under `accelerate launch` the main process takes
+    # it (the other ranks are the same run).
+    if int(os.environ.get("RANK", "0")) == 0:
+        held.enter_context(hold_output_dir(training_args.output_dir))
 
     trainer = DrGRPOTrainer(
         model=model_path,
@@ -147,7 +188,7 @@ def train(
         logger.warning(trainer_precision_line(trainer))  # training, generation, evaluation; why (bf16: auto)
     unfinished = unfinished_run(training_args.output_dir)  # read before this run's record replaces the last one's
     if trainer.accelerator.is_main_process:
-        start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite)
+        start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite, data=data)
     trainer.accelerator.wait_for_everyone()  # no rank looks for checkpoints while the main one deletes stale ones
     # The newest *complete* checkpoint: one half-written by a run killed while saving is skipped with a warning.
     last_checkpoint = None if overwrite else find_resumable_checkpoint(training_args.output_dir)
@@ -163,8 +204,9 @@ def train(
         logger.info("engine: %s", engine_summary(trainer))
     if master_weights is not None:
         restore_dtype(trainer.model, master_weights)
-    trainer.save_model(training_args.output_dir)
-    trainer.save_state()  # trainer_state.json with every logged step, also when no checkpoint was saved
+    with disk_full_as_one_line(training_args.output_dir, "saving the final model"):
+        trainer.save_model(training_args.output_dir)
+        trainer.save_state()  # trainer_state.json with every logged step, also when no checkpoint was saved
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(training_args.output_dir)
         _finish_adapter(training_args.output_dir, model_args.model_name_or_path, script_args.save_merged_model)
