@@ -2,7 +2,7 @@
 
 python scripts/train.py recipes/tiny_drgrpo.yaml [--key value ...]
 python scripts/train.py recipes/tiny_drgrpo.yaml --show_prompts 3   # print the first 3 prompts, then exit (no GPU)
-python scripts/train.py recipes/tiny_drgrpo.yaml --explain         # print the GRPO family card, then exit (no model)
+python scripts/train.py recipes/tiny_drgrpo.yaml --explain         # the checks before the model, then the card
 python scripts/train.py --help                                      # the keys by group (--help-all: every key)
 accelerate launch --config_file accelerate_configs/zero3.yaml scripts/train.py recipes/qwen3_8b_drgrpo.yaml
 

@@ -1,5 +1,5 @@
-"""The family card: `--explain` prints it for every shipped recipe without loading a model; its lines follow the
-resolved config."""
+"""The family card: every shipped recipe has one (`--explain` prints it after training's checks, without loading a
+model: tests/test_explain_checks.py); its lines follow the resolved config."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from conftest import ROOT
 
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.family import family_card
-from drgrpo.recipe.preflight import explain_recipe
+from drgrpo.recipe.preflight import explain_recipe, recipe_card
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 QUESTIONS = ("advantage", "ratio", "loss", "log-probs", "KL", "staleness")
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
-def test_explain_prints_the_card_for_every_shipped_recipe(recipe):
-    text = explain_recipe([str(recipe), "--explain"])
+def test_every_shipped_recipe_has_a_card(recipe):
+    # The card alone: --explain runs training's checks first, which need each recipe's data (built by its demo).
+    text = recipe_card([str(recipe)])
     lines = text.splitlines()
     assert lines[0].startswith("algorithm: ") and lines[1].startswith("GRPO family card: ")
     # A recipe with the Python tool has one more line: its multi-turn rollout (what max_completion_length counts).
@@ -27,14 +28,14 @@ def test_explain_prints_the_card_for_every_shipped_recipe(recipe):
     assert [line.split()[0] for line in lines[2:]] == [*QUESTIONS, *rollout]
 
 
-def test_explain_script_exits_without_loading_the_model(tmp_path, run_script):
+def test_explain_refuses_a_missing_model_folder_as_training_does(tmp_path, run_script):
+    """Before issue 54 --explain printed the card for a model folder that does not exist; training refused it."""
     missing = tmp_path / "no-such-model"
     result = run_script(
         "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--model_name_or_path", str(missing), "--explain"
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "GRPO family card: Dr.GRPO" in result.stdout
-    assert "sum_it L_it / (B x 4), B = 64" in result.stdout
+    assert result.returncode == 2 and "GRPO family card" not in result.stdout
+    assert f"error: model_name_or_path {str(missing)!r}: no such model folder." in result.stderr
     assert not Path(missing).exists()
 
 
@@ -79,7 +80,7 @@ def test_explain_on_a_cpu_node_uses_the_recipes_own_batch_for_its_target_world_s
 
 
 def test_explain_without_steps_per_generation_uses_the_recipes_accumulation():
-    text = explain_recipe([str(ROOT / "recipes/tiny_grpo.yaml"), "--gradient_accumulation_steps", "3", "--explain"])
+    text = recipe_card([str(ROOT / "recipes/tiny_grpo.yaml"), "--gradient_accumulation_steps", "3"])
     assert "steps_per_generation=3 (gradient_accumulation_steps=3)" in text
 
 

@@ -170,6 +170,15 @@ def load_local(path: str | Path, *, key: str = "dataset_path", role: str = "") -
     return load_dataset(kinds.pop(), data_files=[str(p) for p in files], split="train")
 
 
+class HubDataUnavailable(RecipeError):
+    """A hub dataset that neither the local cache nor the hub (unreachable, or switched off) could give: `--explain`,
+    which reads local files only, names it as not checked; training stops on it."""
+
+    def __init__(self, message: str, source: DataSource) -> None:
+        super().__init__(message)
+        self.source = source
+
+
 def load_source(source: DataSource, role: str = "training") -> Dataset:
     """The raw rows of one source (hub split or local file/folder); `role` names it in errors."""
     if source.path is not None:
@@ -177,7 +186,9 @@ def load_source(source: DataSource, role: str = "training") -> Dataset:
         return load_local(source.path, key=key, role=role)
     try:
         return load_dataset(source.name, source.config, split=source.split)
-    except (OSError, ValueError) as error:  # FileNotFoundError, ConnectionError, datasets' DatasetNotFoundError
+    except ConnectionError as error:  # not in the local cache, and the hub out of reach (or switched off)
+        raise HubDataUnavailable(hub_load_error(source, role, error), source) from error
+    except (OSError, ValueError) as error:  # FileNotFoundError, datasets' DatasetNotFoundError, a missing split
         raise RecipeError(hub_load_error(source, role, error)) from error
 
 
