@@ -383,7 +383,7 @@ def _generate_and_write(
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
     # The stage's one precision line, read from the built backend: what it computes in, not what was asked for.
-    logger.warning(precision_line(*backend.computes(), precision.why))
+    logger.info(precision_line(*backend.computes(), precision.why))
     golds = {p.index: p.gold for p in bench.problems}
     questions = {p.index: p.question for p in bench.problems}
     grade = functools.partial(grade_completions, extraction_mode=mode)

@@ -21,7 +21,7 @@ from drgrpo.core.disk import disk_full_as_one_line
 from drgrpo.core.errors import RecipeError
 from drgrpo.core.heap import release_free_memory
 from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER
-from drgrpo.core.threads import adapt_torch_threads
+from drgrpo.core.threads import adapt_torch_threads, thread_line
 from drgrpo.observe.step_log import use_step_lines
 from drgrpo.run.arguments import ScriptArguments
 from drgrpo.run.before_model import before_model, vllm_without_gpu
@@ -134,15 +134,15 @@ def _train(
         mixed_precision=trainer.accelerator.mixed_precision,
         reference=trainer.ref_model,
     )
-    if trainer.accelerator.device.type == "cpu":
-        adapt_torch_threads()
+    if trainer.accelerator.device.type == "cpu":  # the thread count, said at start-up and on every step line
+        logger.info(thread_line())
         trainer.add_callback(ThreadCountCallback())
         trainer.add_callback(FreeMemoryCallback())
     for callback in callbacks:
         trainer.add_callback(callback)
     if trainer.accelerator.is_main_process:
         logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
-        logger.warning(trainer_precision_line(trainer))  # training, generation, evaluation; why (bf16: auto)
+        logger.info(trainer_precision_line(trainer))  # training, generation, evaluation; why (bf16: auto)
     unfinished = unfinished_run(training_args.output_dir)  # read before this run's record replaces the last one's
     if trainer.accelerator.is_main_process:
         start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite, data=data)
