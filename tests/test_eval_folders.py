@@ -33,3 +33,25 @@ def test_one_model_by_relative_and_absolute_path_is_one_folder_and_one_model(tin
     rows = [line for line in table.stdout.splitlines() if line.startswith(f"| {model.resolve().as_posix()}")]
     labels = [row.split(" | ")[0].removeprefix("| ") for row in rows]
     assert labels == [f"{model.resolve().as_posix()} (max_new_tokens={n})" for n in (3, 4)], table.stdout
+
+
+def test_make_score_reads_an_evaluations_samples_as_they_are(tiny_model_path, tmp_path, run_script):
+    """Item 5: docs/rewards.md says `make score` reads an evaluation's samples.jsonl as is; it stopped at `no column
+    'answer'` (the file's gold is `gold`). Scored as written, the accuracy reward agrees with the evaluation."""
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{a}+{a}=", "answer": str(2 * a)}) + "\n" for a in (1, 3)))
+    output = tmp_path / "eval"
+    evaluated = run_script(
+        "scripts/evaluate.py", "--model_name_or_path", str(tiny_model_path), "--benchmark", str(data),
+        "--max_new_tokens", "3", "--progress", "false", "--output_dir", str(output),
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    samples = output / "samples.jsonl"
+    assert "answer" not in json.loads(samples.read_text().splitlines()[0])  # the evaluation's own columns
+    result = run_script("scripts/score.py", "--input", str(samples), "--reward_funcs", "accuracy")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"2 rows from {samples} (gold column 'gold')" in result.stdout
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    scored = [json.loads(line) for line in samples.with_suffix(".scored.jsonl").read_text().splitlines()]
+    assert [row["answer"] for row in scored] == [row["gold"] for row in rows]
+    assert [row["accuracy"] for row in scored] == [float(row["correct"]) for row in rows]
