@@ -15,7 +15,7 @@ import sys
 from drgrpo.core.errors import run_main
 from drgrpo.recipe.cli import parse_recipe, require_recipe
 from drgrpo.recipe.preflight import explain_recipe
-from drgrpo.setup.gpu_launch import check_launched_worker
+from drgrpo.setup.gpu_launch import check_launched_worker, ends_simple_launch_quietly
 
 
 def main() -> None:
@@ -50,4 +50,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    with ends_simple_launch_quietly():  # a bare `accelerate launch scripts/train.py ...`: one line, no traceback
+        run_main(main)
