@@ -115,3 +115,27 @@ def test_log_probs_line_follows_trls_rule_for_recomputing_pi_old(tmp_path):
     aligned = card(tmp_path, **base, vllm_importance_sampling_correction=False, num_iterations=2,
                    gradient_accumulation_steps=4, steps_per_generation=2)  # fmt: skip
     assert "the ratio is exactly 1" in aligned["log-probs"] and "mismatch not corrected" in aligned["log-probs"]
+
+
+def test_a_recipe_without_the_correction_mode_gets_token_truncate_on_the_cpu_engine(
+    tmp_path, tiny_model_path, addition_data, run_script
+):
+    """Issue 54, item 7: every shipped CPU recipe sets token_truncate; a user's own recipe that leaves the mode unset
+    got TRL's sequence_mask (a length bias the card names) silently. Now the CPU engine takes token_truncate, and the
+    card says so, once; a mode the recipe sets is kept."""
+    from drgrpo.recipe.cli import parse_recipe
+
+    shipped = (ROOT / "recipes/tiny_drgrpo.yaml").read_text().splitlines()
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("\n".join(line for line in shipped if "vllm_importance_sampling" not in line) + "\n")
+    flags = ["--model_name_or_path", str(tiny_model_path), "--dataset_path", str(addition_data["train"])]
+    _, training_args, _ = parse_recipe([str(recipe), *flags])  # as training parses it
+    assert (training_args.engine, training_args.vllm_importance_sampling_mode) == ("cpu", "token_truncate")
+    result = run_script("scripts/train.py", str(recipe), *flags, "--explain")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.split()[:1] == ["log-probs"]]
+    said = "corrected by IS token_truncate (cap 3.0; token_truncate: the CPU engine's default, "
+    assert said + "vllm_importance_sampling_mode unset)" in line and result.stdout.count("unset") == 1
+    assert "length bias" not in line
+    _, kept, _ = parse_recipe([str(recipe), *flags, "--vllm_importance_sampling_mode", "sequence_mask"])
+    assert kept.vllm_importance_sampling_mode == "sequence_mask" and "unset" not in family_card(kept)
