@@ -32,6 +32,7 @@ class DataSource:
     dataset_filter: dict | None = None
     weight: float | None = None
     keep_columns: tuple[str, ...] = ()  # raw columns passed through to the rewards (e.g. the code tests)
+    fraction: float | None = None  # the share of this source's rows kept (open-r1's weight), before any weight
 
     @property
     def label(self) -> str:
@@ -75,7 +76,9 @@ def data_sources(args: DataArguments) -> list[DataSource]:
         )
     entries = args.dataset_mixture
     if not isinstance(entries, list) or not entries:
-        raise ValueError(f"dataset_mixture must be a non-empty list of mappings, got {entries!r}.")
+        raise ValueError(
+            f"dataset_mixture must be a non-empty list of mappings (or open-r1's {{datasets: [...]}}), got {entries!r}."
+        )
     sources = []
     for number, entry in enumerate(entries):
         where = f"dataset_mixture[{number}]"
@@ -91,6 +94,11 @@ def data_sources(args: DataArguments) -> list[DataSource]:
         weight = entry.get("weight")
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0):
             raise ValueError(f"{where}: weight must be a positive number, got {weight!r}.")
+        fraction = entry.get("fraction")
+        if fraction is not None and (
+            isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1
+        ):
+            raise ValueError(f"{where}: fraction is the share of the source's rows kept, in (0, 1]; got {fraction!r}.")
         source_filter = parse_structured(entry.get("dataset_filter", base.dataset_filter), f"{where}.dataset_filter")
         if source_filter is not None:
             parse_filter(source_filter, f"{where}.dataset_filter")
@@ -108,6 +116,7 @@ def data_sources(args: DataArguments) -> list[DataSource]:
                 dataset_filter=source_filter,
                 weight=None if weight is None else float(weight),
                 keep_columns=base.keep_columns,
+                fraction=None if fraction is None else float(fraction),
             )
         )
     weighted = [source.weight is not None for source in sources]
