@@ -13,7 +13,7 @@ from datasets import Dataset, load_dataset
 from drgrpo.core.errors import RecipeError
 from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured, passed_columns
 from drgrpo.data.filters import filter_indices, parse_filter
-from drgrpo.data.golds import LIST_FORMATS, check_answer_format, normalize_gold
+from drgrpo.data.golds import check_answer_format, gold_shape_problem, normalize_gold
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -289,7 +289,7 @@ def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
                 "a text column."
             )
         answer = answers[i]
-        if isinstance(answer, list | dict) and source.answer_extraction not in LIST_FORMATS:
+        if gold_shape_problem(answer, source.answer_extraction) is not None:
             raise ValueError(
                 f"{source.label}: row {i} (0-based) has a {type(answer).__name__} in answer column "
                 f"{source.answer_column!r}: {answer!r:.200}. The gold answer must be a string or a number (a list "
