@@ -245,3 +245,11 @@ def test_step_line_by_hand():
     assert step_line({"train_runtime": 86.6, "train_loss": 0.0}, 2, 2) == (
         "trained 2 steps in 86.6 s (43.3 s/step); every step's metrics: log_history.jsonl in output_dir"
     )
+    # Issue 54, item 3: the seconds are the clock's wall time, never TRL's step_time; an evaluation restarts the clock.
+    from drgrpo.observe.step_log import StepClock
+
+    assert step_line({"reward": 0.5, "step_time": 16.2}, 3, 15) == "step 3/15 | reward 0.500"
+    clock = StepClock(threads=False)
+    clock.start(4)
+    assert clock.line({"eval_reward": 0.5}, 4, 15, 0) == "eval at step 4/15 | reward 0.500"
+    assert clock.line({"reward": 0.5}, 6, 15, 0).endswith(" s/step")
