@@ -94,6 +94,17 @@ def before_model(
     # Rewards before the tokenizer and data: a custom reward that cannot be imported fails in seconds.
     inputs = RunInputs(resolve_rewards(script_args, training_args), None, None, None, None)
     training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
+    # --explain reads the Hugging Face cache only (a cached hub model's files too: no update check, no download).
+    with cache_only() if inspect else contextlib.nullcontext():
+        _model_checks(inputs, script_args, training_args, model_args, inspect)
+        _load_data(inputs, script_args, training_args, inspect)
+    return inputs
+
+
+def _model_checks(
+    inputs: RunInputs, script_args: ScriptArguments, training_args: DrGRPOConfig, model_args: ModelConfig, inspect: bool
+) -> None:
+    """The model's name and files, its context against the generation budget, its tokenizer and extra eos tokens."""
     name, revision = model_args.model_name_or_path, model_args.model_revision
     if inspect and uncached_hub_id(name, revision):
         inputs.not_checked.append(
@@ -112,17 +123,21 @@ def before_model(
         if inputs.tokenizer.pad_token is None:
             inputs.tokenizer.pad_token = inputs.tokenizer.eos_token
         extra_eos_token_ids(inputs.tokenizer, training_args.extra_eos_tokens)  # an unknown token fails here
+
+
+def _load_data(inputs: RunInputs, script_args: ScriptArguments, training_args: DrGRPOConfig, inspect: bool) -> None:
+    """The training and held-out data, as training loads them; with `inspect`, a hub dataset only the hub holds is
+    named in `not_checked`."""
     # Counting prompt tokens needs the tokenizer: without one here (said above), the rest of the data is checked.
     data_args = script_args if inputs.tokenizer is not None else replace(script_args, max_prompt_tokens=None)
     inputs.sources = [source.label for source in data_sources(script_args)]
     try:
-        with cache_only() if inspect else contextlib.nullcontext():
-            inputs.train_dataset, inputs.eval_dataset = load_prompt_dataset(
-                data_args,
-                seed=training_args.seed,
-                tokenizer=inputs.tokenizer,
-                chat_template_kwargs=training_args.chat_template_kwargs,
-            )
+        inputs.train_dataset, inputs.eval_dataset = load_prompt_dataset(
+            data_args,
+            seed=training_args.seed,
+            tokenizer=inputs.tokenizer,
+            chat_template_kwargs=training_args.chat_template_kwargs,
+        )
     except HubDataUnavailable as error:
         if not inspect:
             raise
@@ -130,7 +145,6 @@ def before_model(
             f"the data: {error.source.label} is a hub dataset that is not in the local cache (training downloads it; "
             "--explain reads local files only)"
         )
-    return inputs
 
 
 def vllm_without_gpu(training_args: DrGRPOConfig) -> str | None:
