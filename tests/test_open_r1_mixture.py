@@ -89,9 +89,11 @@ def test_the_mixture_keeps_open_r1s_counts_end_to_end(tmp_path, tiny_model_path,
         ("  seed: 42", "  sed: 42"),
     ],
 )
-def test_what_open_r1_or_training_could_not_use_is_one_line(tmp_path, run_script, change, says):
+def test_what_open_r1_or_training_could_not_use_is_one_line(tmp_path, tiny_model_path, run_script, change, says):
     path = recipe(tmp_path, OPEN_R1_MIXTURE.replace(change, says, 1))
-    result = run_script("scripts/train.py", str(path), "--show_prompts", "1")
+    result = run_script(
+        "scripts/train.py", str(path), "--model_name_or_path", str(tiny_model_path), "--show_prompts", "1"
+    )
     assert result.returncode == 2
     error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     expected = {
