@@ -151,7 +151,8 @@ compare: smollm2
 compare-tiny: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} HF_HUB_OFFLINE=1 $(PY) scripts/compare.py --task tiny $(if $(ARGS),-- $(ARGS))
 
-# Score a jsonl of (completion, answer) rows with any reward specs: `make score SCORE_INPUT=samples.jsonl
+# Score a jsonl of (completion, answer) rows, or an evaluation's samples.jsonl as it is (its gold column is `gold`),
+# with any reward specs: `make score SCORE_INPUT=samples.jsonl
 # SCORE_REWARDS="accuracy boxed_format"`; prints the summary and the rows scored None or failed. Code rewards read
 # the tests column (verification_info unless ARGS="--tests_column NAME") and the summary counts the programs that
 # timed out, crashed or failed in the sandbox: `make score SCORE_INPUT=programs.jsonl SCORE_REWARDS="code code_format"`.

@@ -24,8 +24,9 @@ class ScoreArguments:
     answer_column: str | None = field(
         default=None,
         metadata={
-            "help": "Column holding the gold answer (passed to rewards as `answer`). None: `answer`, or the tests "
-            "column (tests_column, default verification_info) when the rewards are code rewards only."
+            "help": "Column holding the gold answer (passed to rewards as `answer`). None: `answer` (`gold` in a "
+            "file without `answer`: an evaluation's samples.jsonl), or the tests column (tests_column, default "
+            "verification_info) when the rewards are code rewards only."
         },
     )
     tokenizer: str | None = field(
@@ -66,9 +67,28 @@ CODE_COUNTER_WORDS = {
 }
 
 
-def default_answer_column(reward_funcs: Sequence[str], tests_column: str) -> str:
-    """`answer`, or the tests column when every reward is a code reward (they read it, not a gold answer)."""
-    return tests_column if reward_funcs and set(reward_funcs) <= CODE_REWARDS else "answer"
+# The gold's column in an evaluation's samples.jsonl (drgrpo/evaluation/runner.py writes `gold`, not `answer`).
+EVALUATION_GOLD = "gold"
+
+
+def default_answer_column(reward_funcs: Sequence[str], tests_column: str, columns: Sequence[str] = ()) -> str:
+    """The tests column when every reward is a code reward (they read it, not a gold answer); else `answer`, or
+    `gold` when the file's first row (`columns`) has no `answer` but a `gold`: an evaluation's samples.jsonl, read as
+    it is."""
+    if reward_funcs and set(reward_funcs) <= CODE_REWARDS:
+        return tests_column
+    return EVALUATION_GOLD if "answer" not in columns and EVALUATION_GOLD in columns else "answer"
+
+
+def first_columns(path: str | Path) -> list[str]:
+    """The columns of the first row of a .jsonl file ([] when it cannot be read: `load_rows` then says why)."""
+    try:
+        with Path(path).open() as f:
+            line = next((line for line in f if line.strip()), "")
+        row = json.loads(line) if line else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    return sorted(row) if isinstance(row, dict) else []
 
 
 def load_rows(path: str | Path, completion_column: str, answer_column: str) -> list[dict]:

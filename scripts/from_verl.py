@@ -12,7 +12,8 @@ Prints the recipe (or writes it with -o) and lists on stderr every verl key it c
 same list is in the recipe's header. Writes nothing, and exits 2, when verl itself would refuse the config (batch
 sizes that do not divide, a mini-batch above the batch, one completion per prompt, an estimator that needs a critic)
 or when a key cannot be carried over faithfully (a misspelt or unknown key, a loss or KL with no counterpart here):
-one `error:` line each. --allow_lossy writes the recipe anyway, with those keys listed as not faithful.
+one `error:` line each, every problem in one run. --allow_lossy writes the recipe anyway, with those keys listed as
+not faithful.
 
 Before writing, the recipe goes through `scripts/plan.py`'s checks at the verl world size: a recipe TRL would refuse
 to start (an eval batch of partial groups, vLLM settings that do not fit) is not written, one `error:` line per
@@ -76,44 +77,54 @@ def main() -> int:
     source = read_verl_source(args.config)  # a launch script's $VARIABLES expanded as bash would
     conversion = convert_verl(source.flat, source=args.config)
     conversion.expanded = source.from_environment
-    if conversion.unset:  # refused even with --allow_lossy: a recipe without its data, model or batch size
-        for name, keys in sorted(conversion.unset.items()):
+    # Every problem at once: verl's own refusals, the keys that would not be faithful, the planner's refusals (when the
+    # recipe can be planned: nothing unset, nothing verl refuses), each one `error:` line, then one line of what next.
+    errors, why_not = [], []
+    for name, keys in sorted(conversion.unset.items()):  # refused even with --allow_lossy: no data, model, batch size
+        errors.append(
+            f"error: {args.config}: ${name} is not set, and {', '.join(keys)} need{'s' * (len(keys) == 1)} it (bash "
+            f"expands it before verl sees the value): set it ({name}=... python scripts/from_verl.py {args.config}) "
+            "or write the value out; nothing written."
+        )
+    errors += [f"error: {args.config}: {_sentence(problem)}" for problem in conversion.invalid]
+    if conversion.invalid:
+        why_not.append(("verl refuses this config too", "fix it and convert again"))
+    if conversion.lossy and not args.allow_lossy:
+        errors += [f"error: {args.config}: {key}: {_sentence(why)}" for key, why in sorted(conversion.lossy.items())]
+        why_not.append(
+            (
+                "the recipe would not train what verl trains",
+                "fix the verl config, or pass --allow_lossy to write it with these keys listed as not faithful",
+            )
+        )
+    text, plan_warnings = None, []
+    if not conversion.unset and not conversion.invalid:
+        text = format_recipe(conversion, args.config)
+        refusals, plan_warnings = plan_problems(text, conversion)
+        errors += [f"error: {args.config}: the recipe would not start: {line}" for line in refusals]
+        if refusals:
+            why_not.append(
+                (
+                    f"scripts/plan.py refuses the converted recipe at verl's world size {conversion.world_size}",
+                    "change the verl config as each fix says (in verl's keys) and convert again",
+                )
+            )
+    if errors:
+        for line in errors:
+            print(line, file=sys.stderr)
+        if len(why_not) == 1:
+            print(f"nothing written: {why_not[0][0]}; {why_not[0][1]}.", file=sys.stderr)
+        elif why_not:
             print(
-                f"error: {args.config}: ${name} is not set, and {', '.join(keys)} need{'s' * (len(keys) == 1)} it "
-                f"(bash expands it before verl sees the value): set it ({name}=... python scripts/from_verl.py "
-                f"{args.config}) or write the value out; nothing written.",
+                f"nothing written: {', '.join(reason for reason, _ in why_not)}; fix each as its line says and convert "
+                "again.",
                 file=sys.stderr,
             )
-        return EXIT_USER_ERROR
-    if conversion.invalid:
-        for problem in conversion.invalid:
-            print(f"error: {args.config}: {_sentence(problem)}", file=sys.stderr)
-        print("nothing written: verl refuses this config too; fix it and convert again.", file=sys.stderr)
-        return EXIT_USER_ERROR
-    if conversion.lossy and not args.allow_lossy:
-        for key, why in sorted(conversion.lossy.items()):
-            print(f"error: {args.config}: {key}: {_sentence(why)}", file=sys.stderr)
-        print(
-            "nothing written: the recipe would not train what verl trains; fix the verl config, or pass --allow_lossy "
-            "to write it with these keys listed as not faithful.",
-            file=sys.stderr,
-        )
         return EXIT_USER_ERROR
     for name, value in sorted(source.from_environment.items()):
         print(f"expanded ${name}={value} from the environment, as bash would (in the recipe's header)", file=sys.stderr)
     if source.from_script:
         print(f"expanded the script's own variables: {', '.join(sorted(source.from_script))}", file=sys.stderr)
-    text = format_recipe(conversion, args.config)
-    refusals, plan_warnings = plan_problems(text, conversion)
-    if refusals:
-        for line in refusals:
-            print(f"error: {args.config}: the recipe would not start: {line}", file=sys.stderr)
-        print(
-            "nothing written: scripts/plan.py refuses the converted recipe at verl's world size "
-            f"{conversion.world_size}; change the verl config as each fix says (in verl's keys) and convert again.",
-            file=sys.stderr,
-        )
-        return EXIT_USER_ERROR
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {args.output} ({len(conversion.recipe)} keys)", file=sys.stderr)

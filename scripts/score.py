@@ -42,6 +42,7 @@ def main() -> None:
         ScoreArguments,
         counter_line,
         default_answer_column,
+        first_columns,
         flagged_rows,
         load_rows,
         score_rows,
@@ -50,7 +51,9 @@ def main() -> None:
     )
 
     args, reward_args = HfArgumentParser((ScoreArguments, RewardArguments)).parse_args_into_dataclasses()
-    answer_column = args.answer_column or default_answer_column(reward_args.reward_funcs, reward_args.tests_column)
+    answer_column = args.answer_column or default_answer_column(
+        reward_args.reward_funcs, reward_args.tests_column, first_columns(args.input)
+    )
     rows = load_rows(args.input, args.completion_column, answer_column)
     funcs = get_reward_funcs(reward_args.reward_funcs, reward_args, args.max_completion_length)
     tokenizer = None

@@ -13,9 +13,6 @@ import logging
 
 from drgrpo.core.errors import run_main
 
-# Measured on 2 cores of an AMD EPYC Zen 4 (docs/tools.md): both arms' training side by side, then 4 evaluations.
-MINUTES_PER_SEED = 23
-
 
 def main() -> None:
     from drgrpo.experiments.tool_rl import ToolRLSettings
@@ -28,11 +25,12 @@ def main() -> None:
     parser.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe overrides for both arms, after --")
     args = parser.parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    print(
-        f"make tool-rl: {len(args.seeds)} seed(s), about {MINUTES_PER_SEED} min each on 2 cores with native bf16 "
-        "(evaluation before training: a few minutes more); results in "
-        f"{args.output_dir}/results.md"
-    )
+    from drgrpo.core.cpu_bf16 import this_cpu_bf16
+    from drgrpo.experiments.tool_rl import announcement, recipe_steps
+
+    overrides = tuple(a for a in args.overrides if a != "--")
+    steps = recipe_steps(args.recipe, overrides)  # what this command trains, not what the full run does
+    print(announcement(len(args.seeds), steps, args.num_test, args.output_dir, this_cpu_bf16().supported))
     from drgrpo.experiments.smollm2_demo import MODEL
     from drgrpo.experiments.tool_rl import results_table, run_tool_rl
     from drgrpo.setup.model_prep import prepare_model
@@ -43,7 +41,7 @@ def main() -> None:
         recipe=args.recipe,
         seeds=tuple(args.seeds),
         num_test=args.num_test,
-        overrides=tuple(a for a in args.overrides if a != "--"),
+        overrides=overrides,
     )
     print(results_table(run_tool_rl(settings)))
 

@@ -2,7 +2,7 @@
 
 python scripts/train.py recipes/tiny_drgrpo.yaml [--key value ...]
 python scripts/train.py recipes/tiny_drgrpo.yaml --show_prompts 3   # print the first 3 prompts, then exit (no GPU)
-python scripts/train.py recipes/tiny_drgrpo.yaml --explain         # print the GRPO family card, then exit (no model)
+python scripts/train.py recipes/tiny_drgrpo.yaml --explain         # the checks before the model, then the card
 python scripts/train.py --help                                      # the keys by group (--help-all: every key)
 accelerate launch --config_file accelerate_configs/zero3.yaml scripts/train.py recipes/qwen3_8b_drgrpo.yaml
 
@@ -15,7 +15,7 @@ import sys
 from drgrpo.core.errors import run_main
 from drgrpo.recipe.cli import parse_recipe, require_recipe
 from drgrpo.recipe.preflight import explain_recipe
-from drgrpo.setup.gpu_launch import check_launched_worker
+from drgrpo.setup.gpu_launch import check_launched_worker, ends_simple_launch_quietly
 
 
 def main() -> None:
@@ -50,4 +50,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    with ends_simple_launch_quietly():  # a bare `accelerate launch scripts/train.py ...`: one line, no traceback
+        run_main(main)

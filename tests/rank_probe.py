@@ -194,12 +194,14 @@ ProbeTrainer = None  # the class is built lazily so that importing this module f
 
 
 def install() -> None:
-    """Register `probe_digits` and swap `DrGRPOTrainer` for `ProbeTrainer` in `drgrpo.run.training`."""
+    """Register `probe_digits` (where the run resolves its rewards, `drgrpo.run.before_model`) and swap
+    `DrGRPOTrainer` for `ProbeTrainer` in `drgrpo.run.training`."""
     global ProbeTrainer
+    import drgrpo.run.before_model as before_model
     import drgrpo.run.training as training
 
     ProbeTrainer = _probe_trainer_class()
-    training.get_reward_funcs = with_probe_reward(training.get_reward_funcs)
+    before_model.get_reward_funcs = with_probe_reward(before_model.get_reward_funcs)
     training.DrGRPOTrainer = ProbeTrainer
 
 

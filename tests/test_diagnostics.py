@@ -275,3 +275,27 @@ def test_trainer_logs_diagnostics_consistent_with_trl(tiny_model_path, addition_
     # The second pass over each batch runs after an update: no first-update ratio is logged there.
     second_pass = [h for h in history if "entropy" in h and "reward" not in h]
     assert second_pass and all(m.FIRST_UPDATE_RATIO_MEAN not in h for h in second_pass)
+
+
+def test_no_signal_groups_are_counted_by_the_total_reward_under_weighted_rewards(
+    tiny_model_path, addition_data, tmp_path, run_script
+):
+    """Issue 54, item 9: with `reward_funcs: [always_right, digit_share]`, weights 1 and 0.5, every group is all
+    correct by the first reward, yet its total varies with the second: it has signal. The plot's "Groups with no signal
+    (all-equal rewards)" panel (diag/groups_all_correct, diag/groups_all_wrong and TRL's total) showed "all correct"
+    1.0 above a total near 0; the split now counts only groups whose total is all equal, by TRL's own rule."""
+    from test_first_hour import tiny_run
+
+    output_dir = tmp_path / "run"
+    rewards = ["tests/fixtures/always_right.py:always_right", "tests/fixtures/digit_share.py:digit_share"]
+    run = tiny_run(tiny_model_path, addition_data["train"], output_dir, "--max_steps", "2", "--reward_funcs",
+                   *rewards, "--reward_weights", "1.0", "0.5", "--correctness_reward", "always_right")  # fmt: skip
+    result = run_script(*run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
+    logs = [log for log in logs if "frac_reward_zero_std" in log]
+    assert len(logs) == 2
+    assert any(log["frac_reward_zero_std"] < 1 for log in logs)  # the second reward gave most groups signal
+    for log in logs:
+        assert log[m.PASS_RATE] == 1.0 and log[m.GROUPS_ALL_WRONG] == 0.0
+        assert log[m.GROUPS_ALL_CORRECT] == pytest.approx(log["frac_reward_zero_std"])  # all correct, no signal

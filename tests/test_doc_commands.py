@@ -33,7 +33,7 @@ How each kind is checked (nothing trains, loads a model or uses the network)
   its parser has parsed (argparse's `parse_args` or `HfArgumentParser.parse_args_into_dataclasses` stops it there);
   a usage error fails the check. Recipe overrides after `--` are parsed by `parse_recipe` against the recipe(s) the
   script applies them to (OVERRIDE_RECIPES). `scripts/train.py` goes through what train.py calls before training:
-  `require_recipe`, `explain_recipe` for `--explain`, else `parse_recipe(argv, preflight=True)` (its `--help`
+  `require_recipe`, the card of `--explain` (`recipe_card`), else `parse_recipe(argv, preflight=True)` (its `--help`
   included): a GPU recipe parses on this CPU machine, for its own world size.
 * A path run as a program (`scripts/slurm/submit.sh ...`) must be executable with a `#!` line.
 * `python -m MODULE`: the module imports.
@@ -445,15 +445,16 @@ def _check_recipe(argv: list[str], env: dict[str, str], where: str) -> None:
 
 
 def check_train(argv: list[str], env: dict[str, str]) -> None:
-    """scripts/train.py: what it calls before training (require_recipe, explain_recipe for --explain, parse_recipe)."""
+    """scripts/train.py: what it calls before training (require_recipe, parse_recipe); for --explain, its parse and
+    card (`recipe_card`: the checks before the card read the recipe's data, which a demo writes first)."""
     from drgrpo.recipe.cli import require_recipe
-    from drgrpo.recipe.preflight import explain_recipe
+    from drgrpo.recipe.preflight import recipe_card
 
     with _script_context("scripts/train.py", argv, env):
         try:
             require_recipe(argv)
             if "--explain" in argv:
-                explain_recipe(argv)
+                recipe_card(argv)
                 return
         except Exception as error:
             raise Broken(f"scripts/train.py: {error}") from None

@@ -1,5 +1,5 @@
-"""The family card: `--explain` prints it for every shipped recipe without loading a model; its lines follow the
-resolved config."""
+"""The family card: every shipped recipe has one (`--explain` prints it after training's checks, without loading a
+model: tests/test_explain_checks.py); its lines follow the resolved config."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from conftest import ROOT
 
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.family import family_card
-from drgrpo.recipe.preflight import explain_recipe
+from drgrpo.recipe.preflight import explain_recipe, recipe_card
 
 RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
 QUESTIONS = ("advantage", "ratio", "loss", "log-probs", "KL", "staleness")
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
-def test_explain_prints_the_card_for_every_shipped_recipe(recipe):
-    text = explain_recipe([str(recipe), "--explain"])
+def test_every_shipped_recipe_has_a_card(recipe):
+    # The card alone: --explain runs training's checks first, which need each recipe's data (built by its demo).
+    text = recipe_card([str(recipe)])
     lines = text.splitlines()
     assert lines[0].startswith("algorithm: ") and lines[1].startswith("GRPO family card: ")
     # A recipe with the Python tool has one more line: its multi-turn rollout (what max_completion_length counts).
@@ -27,14 +28,14 @@ def test_explain_prints_the_card_for_every_shipped_recipe(recipe):
     assert [line.split()[0] for line in lines[2:]] == [*QUESTIONS, *rollout]
 
 
-def test_explain_script_exits_without_loading_the_model(tmp_path, run_script):
+def test_explain_refuses_a_missing_model_folder_as_training_does(tmp_path, run_script):
+    """Before issue 54 --explain printed the card for a model folder that does not exist; training refused it."""
     missing = tmp_path / "no-such-model"
     result = run_script(
         "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--model_name_or_path", str(missing), "--explain"
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "GRPO family card: Dr.GRPO" in result.stdout
-    assert "sum_it L_it / (B x 4), B = 64" in result.stdout
+    assert result.returncode == 2 and "GRPO family card" not in result.stdout
+    assert f"error: model_name_or_path {str(missing)!r}: no such model folder." in result.stderr
     assert not Path(missing).exists()
 
 
@@ -79,7 +80,7 @@ def test_explain_on_a_cpu_node_uses_the_recipes_own_batch_for_its_target_world_s
 
 
 def test_explain_without_steps_per_generation_uses_the_recipes_accumulation():
-    text = explain_recipe([str(ROOT / "recipes/tiny_grpo.yaml"), "--gradient_accumulation_steps", "3", "--explain"])
+    text = recipe_card([str(ROOT / "recipes/tiny_grpo.yaml"), "--gradient_accumulation_steps", "3"])
     assert "steps_per_generation=3 (gradient_accumulation_steps=3)" in text
 
 
@@ -114,3 +115,27 @@ def test_log_probs_line_follows_trls_rule_for_recomputing_pi_old(tmp_path):
     aligned = card(tmp_path, **base, vllm_importance_sampling_correction=False, num_iterations=2,
                    gradient_accumulation_steps=4, steps_per_generation=2)  # fmt: skip
     assert "the ratio is exactly 1" in aligned["log-probs"] and "mismatch not corrected" in aligned["log-probs"]
+
+
+def test_a_recipe_without_the_correction_mode_gets_token_truncate_on_the_cpu_engine(
+    tmp_path, tiny_model_path, addition_data, run_script
+):
+    """Issue 54, item 7: every shipped CPU recipe sets token_truncate; a user's own recipe that leaves the mode unset
+    got TRL's sequence_mask (a length bias the card names) silently. Now the CPU engine takes token_truncate, and the
+    card says so, once; a mode the recipe sets is kept."""
+    from drgrpo.recipe.cli import parse_recipe
+
+    shipped = (ROOT / "recipes/tiny_drgrpo.yaml").read_text().splitlines()
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("\n".join(line for line in shipped if "vllm_importance_sampling" not in line) + "\n")
+    flags = ["--model_name_or_path", str(tiny_model_path), "--dataset_path", str(addition_data["train"])]
+    _, training_args, _ = parse_recipe([str(recipe), *flags])  # as training parses it
+    assert (training_args.engine, training_args.vllm_importance_sampling_mode) == ("cpu", "token_truncate")
+    result = run_script("scripts/train.py", str(recipe), *flags, "--explain")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.split()[:1] == ["log-probs"]]
+    said = "corrected by IS token_truncate (cap 3.0; token_truncate: the CPU engine's default, "
+    assert said + "vllm_importance_sampling_mode unset)" in line and result.stdout.count("unset") == 1
+    assert "length bias" not in line
+    _, kept, _ = parse_recipe([str(recipe), *flags, "--vllm_importance_sampling_mode", "sequence_mask"])
+    assert kept.vllm_importance_sampling_mode == "sequence_mask" and "unset" not in family_card(kept)

@@ -176,7 +176,7 @@ def test_a_run_without_checkpoints_says_so_at_start_on_ctrl_c_and_at_rerun(tiny_
     assert "{'loss'" not in text and "'completions/mean_length'" not in text
     step_line = next(line for line in text.splitlines() if "step 1/500 | " in line).split("step 1/500 | ", 1)[1]
     assert step_line.startswith("reward ") and " | pass " in step_line and " | length " in step_line
-    assert " | truncated " in step_line and step_line.endswith(" s/step")
+    assert " | truncated " in step_line and " s/step, " in step_line and step_line.endswith(" threads")
     rows = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
     assert rows[0]["step"] == 1 and len(rows[0]) > 25 and "diag/pass_rate" in rows[0]  # the whole dict, on disk
 
@@ -236,12 +236,20 @@ def test_step_line_by_hand():
     logs = {"loss": 0.0, "reward": 0.4125, "diag/pass_rate": 0.40625, "completions/mean_length": 35.2,
             "completions/min_length": 12.0, "completions/max_length": 64.0, "diag/truncation_rate": 0.0625,
             "completions/clipped_ratio": 0.5, "step_time": 71.31, "entropy": 0.7}  # fmt: skip
-    assert step_line(logs, 3, 15) == (
-        "step 3/15 | reward 0.412 | pass 40.6% | length 35.2 (12-64) | truncated 6.2% | 71.3 s/step"
-    )
+    assert step_line(logs, 3, 15, seconds=71.31, threads="2") == (
+        "step 3/15 | reward 0.412 | pass 40.6% | length 35.2 (12-64) | truncated 6.2% | 71.3 s/step, 2 threads"
+    )  # wall seconds (drgrpo/observe/step_log.py's clock), not TRL's step_time
     assert step_line({"eval_reward": 0.5, "eval_completions/clipped_ratio": 0.25}, 5, 15) == (
         "eval at step 5/15 | reward 0.500 | truncated 25.0%"  # TRL's clipped ratio when diagnostics are off
     )
     assert step_line({"train_runtime": 86.6, "train_loss": 0.0}, 2, 2) == (
         "trained 2 steps in 86.6 s (43.3 s/step); every step's metrics: log_history.jsonl in output_dir"
     )
+    # Issue 54, item 3: the seconds are the clock's wall time, never TRL's step_time; an evaluation restarts the clock.
+    from drgrpo.observe.step_log import StepClock
+
+    assert step_line({"reward": 0.5, "step_time": 16.2}, 3, 15) == "step 3/15 | reward 0.500"
+    clock = StepClock(threads=False)
+    clock.start(4)
+    assert clock.line({"eval_reward": 0.5}, 4, 15, 0) == "eval at step 4/15 | reward 0.500"
+    assert clock.line({"reward": 0.5}, 6, 15, 0).endswith(" s/step")

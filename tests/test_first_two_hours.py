@@ -1,9 +1,12 @@
 """A new user's first two hours (issue 43), each as the user typed it: rerunning a finished run, an unwritable
 output_dir, a key written twice in a recipe, `--key null` on the command line, the `--traceback` hint after a plain
-usage error, and what a short run says about its checkpoints."""
+usage error, and what a short run says about its checkpoints; and (issue 54) what the same run says about its speed:
+torch's thread count, each step's wall seconds, the precision line at INFO."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -32,6 +35,35 @@ def error_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [line for line in result.stderr.strip().splitlines() if not line[:4].isdigit()]
 
 
+STEP = re.compile(r"step (\d)/2 \| .* \| (\d+\.\d) s/step, (\d+(?:-\d+)?) threads$")
+
+
+def speed_and_precision_said(result: subprocess.CompletedProcess, output_dir: Path) -> dict[str, bool]:
+    """What a 2-step tiny run (logging every step) says about its speed (issue 54, items 2, 3 and 10): the start-up
+    lines say torch's thread count and why; each step line ends with its wall seconds and threads (TRL's step_time,
+    its `training_step` alone, only in log_history.jsonl, under its own name); the `precision:` line is INFO."""
+    output = result.stdout + result.stderr
+    threads = re.search(r"INFO drgrpo\.run\.training: torch threads: (\d+) \((OMP_NUM_THREADS=1|of \d cores)", output)
+    lines = [match for line in output.splitlines() if (match := STEP.search(line.strip()))]
+    rows = [json.loads(line) for line in (output_dir / "log_history.jsonl").read_text().splitlines()]
+    step_time = {row["step"]: row["step_time"] for row in rows if "step_time" in row}  # TRL's, in the file
+    total = re.search(r"trained 2 steps in (\d+\.\d) s", output)
+    return {
+        "threads at start-up": threads is not None,
+        "step lines": [m.group(1) for m in lines] == ["1", "2"]
+        and threads is not None
+        and {m.group(3) for m in lines} == {threads.group(1)},
+        # Wall time holds TRL's step time (training_step only) and the rest of the step; the lines add up to no more
+        # than the run took.
+        "wall seconds": bool(lines)
+        and total is not None
+        and all(float(m.group(2)) >= round(step_time[int(m.group(1))], 1) for m in lines)
+        and sum(float(m.group(2)) for m in lines) <= float(total.group(1)) + 0.1,
+        "precision at INFO": bool(re.search(r"INFO drgrpo\.run\.training: precision: training float32", output))
+        and not re.search(r"WARNING \S+: precision:", output),
+    }
+
+
 # --- 1 and 5: a finished run is left alone; a longer one continues; a short run says when it checkpoints -----------
 def test_rerunning_a_finished_run_changes_nothing_and_a_longer_one_resumes(
     tiny_model_path, addition_data, tmp_path, train
@@ -41,6 +73,8 @@ def test_rerunning_a_finished_run_changes_nothing_and_a_longer_one_resumes(
                        "steps", "--save_steps", "5")  # fmt: skip
     first = train(*command)
     assert first.returncode == 0, first.stderr[-3000:]
+    said = speed_and_precision_said(first, output_dir)  # issue 54, items 2, 3, 10: the same run's start and step lines
+    assert all(said.values()), ({key: ok for key, ok in said.items() if not ok}, first.stderr[-3000:])
     # A 2-step run with save_steps 5 saved no checkpoint before its last step, and says so (not "every 5 steps").
     assert (
         "Starting at step 0; no checkpoint before the last step (save_steps 5 >= max_steps 2): a stopped run loses "

@@ -82,3 +82,25 @@ def test_a_list_valued_gold_is_read_by_list_and_auto_in_both(tmp_path):
         assert training_golds(path, name) == evaluation_golds(path, name) == {"q0": "69, 84", "q1": "69, 84"}
     with pytest.raises(ValueError, match="has a list in answer column 'answer'.*answer_extraction: list"):
         training_golds(path, "none")
+
+
+def test_evaluation_refuses_a_list_gold_under_a_text_format_as_training_does(tmp_path, tiny_model_path, run_script):
+    """Issue 54, item 14: `['#### 5']` with `--answer_format gsm8k` became the gold `5']` (the text of the list's repr)
+    and every answer was graded wrong, without a word; training refuses that gold. Now the evaluation refuses it too,
+    in one line naming the row, the column and the fix, before any model loads."""
+    path = tmp_path / "golds.jsonl"
+    path.write_text(json.dumps({"question": "What is 2 + 3?", "answer": ["#### 5"]}) + "\n")
+    with pytest.raises(ValueError, match="has a list in answer column 'answer'"):
+        training_golds(path, "gsm8k")
+    result = run_script(
+        "scripts/evaluate.py", "--model_name_or_path", str(tiny_model_path), "--data", str(path), "--answer_format",
+        "gsm8k", "--max_new_tokens", "2", "--output_dir", str(tmp_path / "eval"),
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert errors[0].startswith(
+        "error: Row 0 of " + str(path) + ": answer column 'answer' holds a list (['#### 5']), which 'gsm8k' would "
+        "read as the text of its repr: every answer would be graded wrong. Use --answer_format list (or auto)"
+    ), errors[0]
+    assert not (tmp_path / "eval" / "samples.jsonl").exists()

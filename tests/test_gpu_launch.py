@@ -142,3 +142,45 @@ def test_rank_0_alone_prints_the_error(ended, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("error: this launch trains recipes/qwen3_8b_drgrpo.yaml on 8 GPUs")
+
+
+def test_the_bare_mission_line_without_gpus_ends_in_one_line(tmp_path):
+    """Issue 54, item 6: `accelerate launch scripts/train.py recipes/qwen3_8b_drgrpo.yaml`, no --config_file and no
+    accelerate config on the machine (HF_HOME is empty here): accelerate's simple launcher, one process. It printed
+    the error, the same error again inside a RuntimeError, then accelerate's 27-line CalledProcessError traceback;
+    now the line that names the CPU setup is the last thing printed (after accelerate's own note on its defaults)."""
+    command = [str(ACCELERATE), "launch", "scripts/train.py", "recipes/qwen3_8b_drgrpo.yaml"]
+    env = {**os.environ, **NO_GPU, "OMP_NUM_THREADS": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    for noise in ("Traceback", "RuntimeError", "CalledProcessError"):
+        assert noise not in output, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert errors == [lines[-1]], output  # one error line, and nothing after it
+    assert errors[0].startswith(
+        "error: accelerate launch without --config_file runs recipes/qwen3_8b_drgrpo.yaml as one process on a GPU, and "
+        "this machine has none (CUDA_VISIBLE_DEVICES='' hides every GPU)."
+    )
+    assert "--config_file accelerate_configs/zero3_cpu.yaml scripts/train.py recipes/tiny_drgrpo.yaml" in errors[0]
+
+
+def test_use_vllm_without_a_gpu_is_one_line_naming_generation_engine(
+    tiny_model_path, addition_data, tmp_path, run_script
+):
+    """Issue 54, item 6: `use_vllm: true` on a CPU run was not refused: with a CPU build of vLLM the run died at TRL's
+    first weight sync (`'Parameter' object has no attribute 'weight_loader'`), without one at TRL's import check."""
+    result = run_script(
+        "scripts/train.py", "recipes/tiny_drgrpo.yaml", "--model_name_or_path", str(tiny_model_path),
+        "--dataset_path", str(addition_data["train"]), "--output_dir", str(tmp_path / "run"), "--use_vllm", "true",
+        "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: use_vllm: true needs a GPU (vLLM generates on it and TRL syncs the trained weights into it), and "
+        "use_cpu is set. On a CPU: --use_vllm false, and generation_engine: auto generates with the project's CPU "
+        "engine (or generation_engine: trl, TRL's transformers generate)."
+    ], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "run").exists()

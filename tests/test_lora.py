@@ -17,6 +17,7 @@ import torch
 from conftest import PYTHON, ROOT, skip_unless_required
 from rank_probe import PROBE_REWARD, with_probe_reward
 
+import drgrpo.run.before_model as before_model
 import drgrpo.run.training as training
 from drgrpo.core import models
 from drgrpo.core.errors import RecipeError
@@ -76,12 +77,12 @@ def lora_run(tmp_path_factory, stand_in_cache, addition_data):
         "--save_merged_model",
         "true",
     ]
-    resolve = training.get_reward_funcs
-    training.get_reward_funcs = with_probe_reward(resolve)
+    resolve = before_model.get_reward_funcs  # where a run resolves its rewards
+    before_model.get_reward_funcs = with_probe_reward(resolve)
     try:
         trainer = training.train(*parse_recipe(argv))
     finally:
-        training.get_reward_funcs = resolve
+        before_model.get_reward_funcs = resolve
     return trainer, output_dir
 
 

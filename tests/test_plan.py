@@ -460,7 +460,6 @@ def _broken(tmp_path: Path, source: str, **changes) -> Path:
         ),
         ("qwen3_8b_drgrpo.yaml", {"ds3_gather_for_generation": False}, "ds3_gather_for_generation", "true"),
         ("qwen3_8b_drgrpo.yaml", {"vllm_tensor_parallel_size": 3}, "vllm_tensor_parallel_size", "divisor of 8"),
-        ("qwen3_8b_drgrpo.yaml", {"model_name_or_path": "someone/unknown-70b"}, "model_name_or_path", "config.json"),
         ("qwen3_8b_drgrpo.yaml", {"vllm_gpu_memory_utilization": 0.8}, "memory", "vllm_gpu_memory_utilization"),
         (
             "qwen3_8b_drgrpo.yaml",
@@ -565,3 +564,32 @@ def test_an_explicit_null_generation_batch_size_is_unset_for_the_planner_too(tmp
     path.write_text(path.read_text() + "generation_batch_size: null\n")
     report = plan_recipe(path)
     assert report.batch.steps_per_generation == 8 and not [f for f in report.findings if f.level == "error"]
+
+
+def test_a_model_the_planner_cannot_size_is_a_warning_and_the_batch_checks_still_run(run_script, tmp_path):
+    """Issue 54, item 12: a verl script naming Qwen/Qwen2.5-3B-Instruct converted, then `make plan` stopped with ERROR
+    (the meta-device count needs a config.json); a model the planner cannot size here is a warning, its batch,
+    family and generation checks still run, and a broken batch is still refused."""
+    recipe, flags = "recipes/qwen3_8b_drgrpo.yaml", ["--model_name_or_path", "Qwen/Qwen2.5-3B-Instruct"]
+    result = run_script("scripts/plan.py", recipe, "--", *flags)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "per optimizer step:    16 prompts x 8 = 128 completions" in result.stdout
+    assert "WARNING [model_name_or_path] Cannot size 'Qwen/Qwen2.5-3B-Instruct' here" in result.stdout
+    assert "`hf download Qwen/Qwen2.5-3B-Instruct config.json`" in result.stdout and "ERROR" not in result.stdout
+    broken = run_script("scripts/plan.py", recipe, "--", *flags, "--num_generations", "12")
+    assert broken.returncode != 0 and "ERROR [per_device_train_batch_size]" in broken.stdout
+
+
+def test_a_hub_model_whose_config_is_cached_is_sized_from_the_cache(tmp_path, tiny_model_path, monkeypatch):
+    """The planner reads the Hugging Face cache (never the network): a hub model's cached config.json sizes it."""
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--someone--tiny" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((tiny_model_path / "config.json").read_text())
+    (tmp_path / "hub" / "models--someone--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--someone--tiny" / "refs" / "main").write_text("0123abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    report = plan_recipe(ROOT / "recipes/qwen3_8b_drgrpo.yaml", overrides=["--model_name_or_path", "someone/tiny"])
+    assert report.size is not None and report.size.source == str(snapshot / "config.json")
+    assert not [f for f in report.findings if f.key == "model_name_or_path"]

@@ -175,3 +175,35 @@ def test_the_task_is_the_family_in_the_window_nearest_its_middle():
     rows = [row("a", 0.68), row("b", 0.12), row("c", 0.30), row("d", 0.22, without_tool=0.06)]
     assert chosen_task(rows) == "c"  # |0.30 - 0.225| < |0.12 - 0.225|; d is nearer but fails without the tool
     assert chosen_task([row("a", 0.68), row("e", 0.02)]) is None
+
+
+def test_probe_tools_says_samples_were_read_only_when_an_earlier_command_saved_them(tmp_path, run_script, monkeypatch):
+    """Issue 54, item 8: `make probe-tools` said "samples saved by an earlier one are read" on its first run too. The
+    evaluator (which trains nothing, but runs SmolLM2) is replaced by one that writes its samples.jsonl as the real one
+    does: the first command reads none, its rerun reads them all."""
+    import json
+    from pathlib import Path
+
+    import drgrpo.evaluation
+    import drgrpo.setup.model_prep as model_prep
+
+    def evaluate(model_path, data_file, output_dir, **kwargs):
+        rows = [json.loads(line) for line in open(data_file)]
+        sample = {"sample_index": 0, "completion": "\\boxed{1}", "extracted": "1", "correct": False, "truncated": False}
+        samples = [{**sample, "problem_index": i, "gold": row["answer"]} for i, row in enumerate(rows)]
+        folder = Path(output_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+        return {"pass@1": 0.0, "truncation_rate": 0.0}
+
+    monkeypatch.setattr(drgrpo.evaluation, "evaluate", evaluate)
+    monkeypatch.setattr(model_prep, "prepare_model", lambda name: None)
+    command = ["scripts/probe_tool_tasks.py", "--families", "product", "--num_test", "3", "--output_dir", str(tmp_path)]
+    first = run_script(*command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    line = next(line for line in first.stdout.splitlines() if "this command " in line)
+    assert "earlier" not in line and "samples read" not in line, line
+    again = run_script(*command)
+    assert again.returncode == 0, again.stderr[-3000:]
+    line = next(line for line in again.stdout.splitlines() if "this command " in line)
+    assert "(6 of 6 samples read from an earlier command's, not generated again)" in line, line

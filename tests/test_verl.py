@@ -289,3 +289,35 @@ def test_a_converted_config_never_gives_a_schedule_the_planner_crashes_on(rollou
     if not conversion.lossy:  # a faithful conversion is one TRL starts with: whole groups in every rollout
         assert plan is not None and findings == [], findings
         assert plan.completions_per_round == rollout * n and plan.completions_per_step == update * n
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (  # verl refuses gae, and a key is misspelt: the misspelt key showed only once gae was fixed
+            "algorithm.adv_estimator=gae actor_rollout_ref.actor.optm.lr=1e-5",
+            ["adv_estimator=gae: PPO with a learned value function", "did you mean actor_rollout_ref.actor.optim.lr?"],
+        ),
+        (  # a misspelt key and a recipe the planner refuses (vLLM's tensor-parallel size 3 on 8 GPUs)
+            "actor_rollout_ref.actor.optm.lr=1e-5 actor_rollout_ref.rollout.name=vllm "
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=3",
+            [
+                "did you mean actor_rollout_ref.actor.optim.lr?",
+                "the recipe would not start: [vllm_tensor_parallel_size]",
+            ],
+        ),
+    ],
+    ids=["verl_and_lossy", "lossy_and_planner"],
+)
+def test_from_verl_reports_every_problem_at_once(tmp_path, from_verl, extra, expected):
+    """Issue 54, item 11: one `error:` line per problem, all of them in one run, then one line of what next."""
+    given = {token.split("=")[0] for token in extra.split()}
+    overrides = " ".join(token for token in GOOD.split() if token.split("=")[0] not in given) + " " + extra
+    result, output = from_verl(tmp_path, overrides)
+    assert result.returncode == 2 and not output.exists() and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == len(expected), result.stderr
+    for line, said in zip(errors, expected, strict=True):
+        assert said in line, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("nothing written: ") and last.endswith("fix each as its line says and convert again.")

@@ -36,10 +36,35 @@ def convert(run_script):
     )
 
 
+def stand_in_data(path: Path) -> Path:
+    """A parquet file of 8 rows with the converted recipe's columns (prompt, answer): --explain runs training's checks,
+    which read the data, and verl's own files are not on this machine."""
+    from datasets import Dataset
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Dataset.from_dict(
+        {"prompt": [f"What is {i} + 1?" for i in range(8)], "answer": [str(i + 1) for i in range(8)]}
+    ).to_parquet(path)
+    return path
+
+
 @pytest.fixture
-def explain(run_script):
-    """`scripts/train.py RECIPE --explain`."""
-    return lambda recipe: run_script("scripts/train.py", str(recipe), "--explain")
+def explain(run_script, tmp_path):
+    """`scripts/train.py RECIPE [overrides] --explain` from tmp_path, where the recipe's relative data files are
+    written as stand-ins."""
+
+    def run(recipe: Path, *overrides: str):
+        values = yaml.safe_load(Path(recipe).read_text())
+        files = [
+            values.get("dataset_path"),
+            *(entry.get("dataset_path") for entry in values.get("dataset_mixture") or []),
+        ]
+        for name in files:
+            if name and not Path(name).is_absolute() and not (tmp_path / name).exists():
+                stand_in_data(tmp_path / name)
+        return run_script("scripts/train.py", str(recipe), *overrides, "--explain", cwd=tmp_path)
+
+    return run
 
 
 def launch(tmp_path: Path, overrides: str) -> Path:
@@ -64,7 +89,8 @@ def test_verl_example_with_n5_converts_to_a_recipe_that_starts_and_saves_as_ofte
     assert "eval_steps: 20  # verl: trainer.test_freq: 5 rollouts x 4 optimizer steps per rollout" in text
     assert "verl counts save_steps, eval_steps in training steps (one rollout each)" in text
     # It loads: --explain prints the card, and the parser reads back the converted values.
-    explained = explain(recipe)
+    data = stand_in_data(tmp_path / "gsm8k" / "train.parquet")  # the recipe's are verl's, in /home/ada/data
+    explained = explain(recipe, "--dataset_path", str(data), "--dataset_test_path", str(data))
     assert explained.returncode == 0, explained.stderr
     assert "GRPO family card" in explained.stdout
     _, args, _, batch = parse_for_planning(recipe)

@@ -17,6 +17,7 @@ from drgrpo.algorithm.dr_grpo_keys import algorithm_name, check_dr_grpo_keys
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
 from drgrpo.algorithm.rollout.arguments import EngineArguments, ToolArguments, resolve_generation_engine
+from drgrpo.algorithm.sampler_correction import SamplerCorrectionArguments
 from drgrpo.algorithm.sampling_keys import GENERATION_KWARGS, SAMPLING_KEYS, check_sampling_values
 from drgrpo.algorithm.schedule_keys import SCHEDULE_KEYS, check_schedule_values
 from drgrpo.algorithm.step_speed import StepSpeedArguments
@@ -33,7 +34,14 @@ _SCALE_REWARDS_ALIASES = {True: "group", False: "none", "true": "group", "false"
 
 @dataclass
 class DrGRPOConfig(
-    FamilyArguments, DiagnosticsArguments, EosArguments, StepSpeedArguments, EngineArguments, ToolArguments, GRPOConfig
+    FamilyArguments,
+    DiagnosticsArguments,
+    EosArguments,
+    StepSpeedArguments,
+    EngineArguments,
+    SamplerCorrectionArguments,
+    ToolArguments,
+    GRPOConfig,
 ):
     """TRL's `GRPOConfig` plus one switch, `dr_grpo`, and the std convention of the group advantage.
 
@@ -164,6 +172,7 @@ class DrGRPOConfig(
             use_vllm=self.use_vllm,
             continuous_batching=self.use_transformers_continuous_batching,
         )
+        self.resolve_sampler_mode(self.engine)  # unset: token_truncate on the CPU engine, TRL's sequence_mask else
         if self.engine == "cpu" and self.vllm_importance_sampling_correction and self.loss_type == "vespo":
             raise ValueError(
                 "loss_type=vespo with the CPU engine's importance-sampling correction: VESPO folds the sampler ratio "

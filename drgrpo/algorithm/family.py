@@ -181,6 +181,9 @@ def _correction(config: Any, sampler: str) -> str:
     cap = config.vllm_importance_sampling_clip_max or config.vllm_importance_sampling_cap
     floor = getattr(config, "vllm_importance_sampling_clip_min", None)
     bounds = f"cap {cap}" if floor is None else f"floor {floor}, cap {cap}"
+    if getattr(config, "sampler_mode_unset", False):  # said once, here: the mode the recipe left to its default
+        default = "the CPU engine's default" if sampler == "engine" else "TRL's default"
+        bounds += f"; {mode}: {default}, vllm_importance_sampling_mode unset"
     line = f"{sampler}-vs-trainer mismatch corrected by IS {mode} ({bounds})"
     if mode.startswith("sequence"):
         line += (

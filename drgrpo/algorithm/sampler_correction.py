@@ -19,13 +19,46 @@ clipped term, detached. A token whose sampler log-prob is unknown (NaN) gets wei
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 SEQUENCE_MODES = ("sequence_mask", "sequence_truncate")
 TRUNCATE_MODES = ("token_truncate", "sequence_truncate")
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+TRL_MODE = "sequence_mask"  # TRL 1.16's default (GRPOConfig), kept for vLLM
+ENGINE_MODE = "token_truncate"  # the CPU engine's default: per token, no length bias
+
+
+@dataclass
+class SamplerCorrectionArguments:
+    """The correction's mode, unset by default: the CPU engine then takes `token_truncate`, vLLM TRL's default
+    (`sequence_mask`). A recipe that leaves it unset on the CPU engine got TRL's sequence mask silently before issue
+    54, a length bias (a product of per-token ratios over a long completion leaves [clip_min, clip_max] far more often
+    than over a short one); every shipped CPU recipe sets `token_truncate`. Mixed into `DrGRPOConfig` ahead of TRL's
+    `GRPOConfig`, whose field of the same name it replaces; `resolve_sampler_mode` fills it."""
+
+    vllm_importance_sampling_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "How the sampler-vs-learner mismatch is corrected (vllm_importance_sampling_correction: true): "
+            "'token_truncate' (per-token ratio, clipped), 'token_mask' (out-of-range tokens masked), "
+            "'sequence_truncate', 'sequence_mask' (one ratio per completion: a product over its tokens, so long "
+            "completions are cut or dropped more often, a length bias). Unset: 'token_truncate' on the CPU engine, "
+            "TRL's 'sequence_mask' with vLLM; the family card says which, and why."
+        },
+    )
+
+    def resolve_sampler_mode(self, engine: str) -> None:
+        """Fill an unset mode for `engine` ('cpu' or 'trl'), remembering that it was unset (the card says so once)."""
+        self.sampler_mode_unset = self.vllm_importance_sampling_mode is None
+        if self.sampler_mode_unset:
+            self.vllm_importance_sampling_mode = ENGINE_MODE if engine == "cpu" else TRL_MODE
+        if self.vllm_importance_sampling_mode not in MODES:
+            raise ValueError(
+                f"vllm_importance_sampling_mode={self.vllm_importance_sampling_mode!r}: choose one of "
+                f"{', '.join(MODES)}, or leave it unset."
+            )
 
 
 @dataclass(frozen=True)

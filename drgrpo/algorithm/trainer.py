@@ -218,11 +218,12 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
         )
         # Gathered in process order, the same order as TRL's all-process `rewards_per_func`.
         lengths, truncated = self.accelerator.gather(lengths), self.accelerator.gather(truncated)
-        correctness = None
+        correctness = totals = None
         if self._correctness_index is not None and self._last_rewards_per_func is not None:
             correctness = self._last_rewards_per_func[:, self._correctness_index]
+            totals = combine_rewards(self._last_rewards_per_func, self.reward_weights)  # what decides the signal
         metrics = diagnostics.batch_diagnostics(
-            lengths, truncated, correctness, num_generations, self.args.correctness_threshold
+            lengths, truncated, correctness, num_generations, self.args.correctness_threshold, totals
         )
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)

@@ -15,11 +15,12 @@ checkpoint. This module only reads: it imports no torch, and transformers only t
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -98,6 +99,24 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
 
 
+@contextlib.contextmanager
+def cache_only() -> Iterator[None]:
+    """datasets' and huggingface_hub's offline mode for one call: a cached dataset or model loads, an uncached one
+    fails at once (evaluation's presets where the hub is out of reach; `--explain`, which never downloads).
+
+    Both libraries read HF_HUB_OFFLINE once, at import, into a module constant that they consult at each request; the
+    constants are set for the call and restored after it (the environment variable would come too late)."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    saved = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)
+    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
+
+
 def hub_gave_no_answer(error: BaseException) -> bool:
     """Whether a hub call's `error` means the hub never answered (a refused connection, no DNS, a timeout: an OSError
     or an error of the HTTP client, without a response), as opposed to an answer (404, gated, rate-limited), whose
@@ -167,6 +186,15 @@ def _misspelt_prepared_name(name: str) -> str | None:
         return None
     close = difflib.get_close_matches(name, list(PREPARED_MODELS), n=1, cutoff=0.8)
     return close[0] if close else None
+
+
+def uncached_hub_id(name_or_path: str, revision: str | None = None) -> bool:
+    """Whether `resolve_model` would take `name_or_path` as a hub id (not a prepared name, a folder, a path or a
+    misspelt prepared name) that is not in the Hugging Face cache: only the hub has its files. Reads the cache only."""
+    name = str(name_or_path)
+    if name in PREPARED_MODELS or Path(name).expanduser().exists() or _looks_like_path(name):
+        return False
+    return _misspelt_prepared_name(name) is None and not _cached(name, revision)
 
 
 def resolve_model(

@@ -52,6 +52,11 @@ def available_cores() -> int:
 
 def fixed_thread_count(environ=os.environ) -> int | None:
     """The user's own choice: `DRGRPO_TORCH_THREADS=N`, else `OMP_NUM_THREADS=N`; None means choose (`auto`)."""
+    return _fixed_by(environ)[0]
+
+
+def _fixed_by(environ=os.environ) -> tuple[int | None, str | None]:
+    """(`fixed_thread_count`, the variable that set it)."""
     for key in (THREADS_ENV, "OMP_NUM_THREADS"):
         value = environ.get(key, "").strip()
         if value and value != "auto":
@@ -61,10 +66,10 @@ def fixed_thread_count(environ=os.environ) -> int | None:
                 raise ValueError(f"{key}={value!r}: set a number of threads (e.g. 1) or 'auto'.") from None
             if count < 1:
                 raise ValueError(f"{key}={value!r}: the number of threads must be >= 1.")
-            return count
+            return count, key
         if key == THREADS_ENV and value == "auto":
-            return None
-    return None
+            return None, None
+    return None, None
 
 
 def _cpu_sample() -> tuple[float, float, float]:
@@ -88,10 +93,19 @@ class ThreadGovernor:
 
     def __init__(self, cores: int | None = None, environ=os.environ) -> None:
         self.cores = cores or available_cores()
-        self.fixed = fixed_thread_count(environ)
+        self.fixed, self.fixed_by = _fixed_by(environ)
         self.threads: int | None = None
+        self.others: float | None = None  # cores other processes kept busy at the last look
         self.used: dict[int, int] = {}  # thread count -> how many updates chose it (a run's summary reports it)
         self._last = None
+
+    def describe(self) -> str:
+        """Why the thread count is what it is, for a run's start-up line: the variable that fixed it, or the cores
+        other processes kept busy at the last look."""
+        if self.fixed is not None:
+            return f"{self.fixed_by}={self.fixed}"
+        others = "" if self.others is None else f", other processes use {self.others:.1f}"
+        return f"of {self.cores} cores{others}; chosen again before every step"
 
     def update(self) -> int:
         """Re-measure (at most once per `MIN_INTERVAL_SECONDS`) and apply; return the thread count in use."""
@@ -113,7 +127,7 @@ class ThreadGovernor:
             self._last, now = now, _cpu_sample()
         elif now[0] - self._last[0] < MIN_INTERVAL_SECONDS:
             return self.threads or torch.get_num_threads()
-        others = others_busy_cores(self._last, now)
+        others = self.others = others_busy_cores(self._last, now)
         self._last = now
         threads = threads_for(others, self.cores)
         if threads != self.threads:
@@ -125,6 +139,13 @@ class ThreadGovernor:
 
 
 _GOVERNOR: ThreadGovernor | None = None
+
+
+def thread_line() -> str:
+    """The start-up line of a CPU run, e.g. `torch threads: 1 (of 2 cores, other processes use 1.0; chosen again before
+    every step)` or `torch threads: 1 (OMP_NUM_THREADS=1)`; the governor chooses first (`adapt_torch_threads`)."""
+    threads = adapt_torch_threads()
+    return f"torch threads: {threads} ({_GOVERNOR.describe()})"
 
 
 def threads_used() -> dict[int, int]:

@@ -17,6 +17,7 @@ Modules, each importing only the ones listed before it:
 - `templates`: the prompt templates (`chat`, `r1`, `qwen_math`, `plain`), shared with evaluation;
 - `golds`: the gold readers, one registry for `answer_extraction` and evaluation's `--answer_format`;
 - `filters`: `dataset_filter` conditions;
+- `open_r1`: open-r1's `dataset_mixture` shape (`datasets`, `seed`, `test_split_size`) read as ours;
 - `arguments`: `DataArguments`, the recipe's data keys;
 - `sources`: one source (hub split or local file) mapped onto (question, answer) examples;
 - `mixture`: weighted mixtures of several sources;

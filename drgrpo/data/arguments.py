@@ -9,6 +9,7 @@ import yaml
 
 from drgrpo.data.filters import FILTER_OPERATORS, parse_filter
 from drgrpo.data.golds import check_answer_format
+from drgrpo.data.open_r1 import from_open_r1, is_open_r1_shape
 from drgrpo.data.templates import check_template
 
 MIXTURE_KEYS = (
@@ -21,6 +22,7 @@ MIXTURE_KEYS = (
     "answer_extraction",
     "dataset_filter",
     "weight",
+    "fraction",
 )
 
 
@@ -49,7 +51,16 @@ class DataArguments:
             f"{', '.join(MIXTURE_KEYS)}. Unset prompt_column, answer_column, answer_extraction and dataset_filter "
             "fall back to the top-level keys, split to dataset_train_split. "
             "'weight' is the source's share of the mixed training set (all sources or none; none: concatenate all "
-            "rows). On the command line: a JSON/YAML string."
+            "rows); 'fraction' keeps that share of the source's own rows (0 < f <= 1, sampled), before any weight. "
+            "open-r1's shape ({datasets: [{id, config, split, columns, weight}], seed, test_split_size}) is read "
+            "as this (drgrpo/data/open_r1.py). On the command line: a JSON/YAML string."
+        },
+    )
+    dataset_mixture_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "Seed of the mixture's sampling, shuffle and held-out split (open-r1's dataset_mixture.seed). "
+            "None: the run's seed."
         },
     )
     dataset_mixture_size: int | None = field(
@@ -131,9 +142,13 @@ class DataArguments:
         default=None,
         metadata={"help": "Held-out local file/folder for evaluation during training (same columns as training)."},
     )
-    dataset_test_size: int | None = field(
+    dataset_test_size: float | None = field(
         default=None,
-        metadata={"help": "Hold out this many rows of the shuffled training data for evaluation during training."},
+        metadata={
+            "help": "Hold out this many rows of the shuffled training data for evaluation during training, or this "
+            "share of them when below 1 (0.1: a tenth, rounded up, as datasets' train_test_split and open-r1's "
+            "test_split_size)."
+        },
     )
     check_gold_answers: bool = field(
         default=True,
@@ -162,15 +177,41 @@ class DataArguments:
         if self.dataset_filter is not None:
             parse_filter(self.dataset_filter, "dataset_filter")
         self.dataset_mixture = parse_structured(self.dataset_mixture, "dataset_mixture")
+        if is_open_r1_shape(self.dataset_mixture):  # open-r1's recipes' shape, read as ours (drgrpo/data/open_r1.py)
+            self._read_open_r1_mixture()
         self.chat_examples = parse_structured(self.chat_examples, "chat_examples")
         check_template(self.prompt_template, self.system_prompt, self.chat_examples)
         check_answer_format(self.answer_extraction, "answer_extraction")
-        for key in ("max_prompt_tokens", "max_train_samples", "dataset_test_size", "dataset_mixture_size"):
+        for key in ("max_prompt_tokens", "max_train_samples", "dataset_mixture_size"):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ValueError(f"{key} must be a positive integer or unset, got {value}.")
+        if self.dataset_test_size is not None:
+            size = self.dataset_test_size
+            if isinstance(size, bool) or not size > 0 or size >= 1 and size != int(size):
+                raise ValueError(
+                    f"dataset_test_size must be a number of rows (a whole number, 1 or more) or a share of them "
+                    f"(between 0 and 1), got {size}."
+                )
+            self.dataset_test_size = int(size) if size >= 1 else float(size)
         if self.show_prompts < 0:
             raise ValueError(f"show_prompts must be >= 0, got {self.show_prompts}.")
+
+    def _read_open_r1_mixture(self) -> None:
+        """`dataset_mixture` in open-r1's shape: its datasets become our entries, its seed and held-out share ours."""
+        mixture = from_open_r1(self.dataset_mixture, self.prompt_column, self.answer_column)
+        self.dataset_mixture = mixture.entries
+        if mixture.seed is not None and self.dataset_mixture_seed is None:
+            self.dataset_mixture_seed = mixture.seed
+        if mixture.test_size is not None:
+            held_out = [
+                key for key in ("dataset_test_split", "dataset_test_path", "dataset_test_size") if getattr(self, key)
+            ]
+            if held_out:
+                raise ValueError(
+                    f"dataset_mixture's test_split_size and {held_out[0]} both name the held-out set; keep one."
+                )
+            self.dataset_test_size = mixture.test_size
 
 
 def passed_columns(args: Any) -> list[str]:

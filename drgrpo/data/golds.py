@@ -133,6 +133,15 @@ ANSWER_FORMATS: dict[str, Callable[[Any], str | None]] = {
 LIST_FORMATS = ("auto", "list", "code_tests")  # the formats that read a list-valued gold (the others: its text)
 
 
+def gold_shape_problem(value: Any, answer_format: str) -> str | None:
+    """Why a gold of this shape cannot be read with `answer_format`, or None: a list or mapping under a format that
+    reads text (`['#### 5']` as text is the string "['#### 5']", whose gsm8k answer would be `5']`). One rule for
+    training's `answer_extraction` (drgrpo.data.sources, which refuses it) and evaluation's `--answer_format`."""
+    if isinstance(value, list | tuple | dict) and answer_format not in LIST_FORMATS:
+        return f"a {type(value).__name__} ({value!r:.200}), which {answer_format!r} would read as the text of its repr"
+    return None
+
+
 def check_answer_format(value: str, where: str) -> None:
     """Raise a `ValueError` naming `where` (the key) and every format when `value` is not one of `ANSWER_FORMATS`."""
     if value not in ANSWER_FORMATS:

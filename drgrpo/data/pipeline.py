@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import replace
@@ -112,6 +113,18 @@ def eval_source(args: DataArguments, sources: list[DataSource]) -> DataSource | 
     )
 
 
+def kept_share(examples: list[Example], source: DataSource, rng: random.Random) -> list[Example]:
+    """A source's rows, or with `fraction` f the int(rows x f) of them that open-r1 keeps (a sample, in order)."""
+    if source.fraction is None:
+        return examples
+    count = int(len(examples) * source.fraction)
+    if count < 1:
+        raise ValueError(f"{source.label}: fraction {source.fraction:g} of its {len(examples)} rows keeps none.")
+    logger.info("dataset_mixture: %s keeps %d of its %d rows (fraction %g).", source.label, count, len(examples),
+                source.fraction)  # fmt: skip
+    return [examples[i] for i in sorted(rng.sample(range(len(examples)), count))]
+
+
 def load_prompt_dataset(
     args: DataArguments,
     seed: int = 42,
@@ -133,8 +146,8 @@ def load_prompt_dataset(
         prompt_text(probe, tokenizer, chat_template_kwargs)
     sources = data_sources(args)
     held_out_source = eval_source(args, sources)  # checked before any loading, so a bad recipe fails fast
-    per_source = [source_examples(load_source(source), source) for source in sources]
-    rng = random.Random(seed)
+    rng = random.Random(seed if args.dataset_mixture_seed is None else args.dataset_mixture_seed)
+    per_source = [kept_share(source_examples(load_source(source), source), source, rng) for source in sources]
     weights = [s.weight for s in sources] if sources[0].weight is not None else None
     examples = mix_sources(per_source, weights, args.dataset_mixture_size, rng)
     rng.shuffle(examples)
@@ -143,12 +156,13 @@ def load_prompt_dataset(
         None if held_out_source is None else source_examples(load_source(held_out_source, "held-out"), held_out_source)
     )
     if args.dataset_test_size is not None:
-        if args.dataset_test_size >= len(examples):
+        size = args.dataset_test_size
+        held = size if size >= 1 else math.ceil(size * len(examples))  # a share: rounded up, as train_test_split
+        if held >= len(examples):
             raise ValueError(
-                f"dataset_test_size={args.dataset_test_size} holds out every training row (there are "
-                f"{len(examples)}); make it smaller."
+                f"dataset_test_size={size} holds out every training row (there are {len(examples)}); make it smaller."
             )
-        eval_examples, examples = examples[: args.dataset_test_size], examples[args.dataset_test_size :]
+        eval_examples, examples = examples[:held], examples[held:]
     if args.max_train_samples is not None:
         examples = examples[: args.max_train_samples]
     logger.info("Training prompts: %d rows from %s.", len(examples), ", ".join(s.label for s in sources))

@@ -13,7 +13,7 @@ from datasets import Dataset, load_dataset
 from drgrpo.core.errors import RecipeError
 from drgrpo.data.arguments import MIXTURE_KEYS, DataArguments, parse_structured, passed_columns
 from drgrpo.data.filters import filter_indices, parse_filter
-from drgrpo.data.golds import LIST_FORMATS, check_answer_format, normalize_gold
+from drgrpo.data.golds import check_answer_format, gold_shape_problem, normalize_gold
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -32,6 +32,7 @@ class DataSource:
     dataset_filter: dict | None = None
     weight: float | None = None
     keep_columns: tuple[str, ...] = ()  # raw columns passed through to the rewards (e.g. the code tests)
+    fraction: float | None = None  # the share of this source's rows kept (open-r1's weight), before any weight
 
     @property
     def label(self) -> str:
@@ -75,7 +76,9 @@ def data_sources(args: DataArguments) -> list[DataSource]:
         )
     entries = args.dataset_mixture
     if not isinstance(entries, list) or not entries:
-        raise ValueError(f"dataset_mixture must be a non-empty list of mappings, got {entries!r}.")
+        raise ValueError(
+            f"dataset_mixture must be a non-empty list of mappings (or open-r1's {{datasets: [...]}}), got {entries!r}."
+        )
     sources = []
     for number, entry in enumerate(entries):
         where = f"dataset_mixture[{number}]"
@@ -91,6 +94,11 @@ def data_sources(args: DataArguments) -> list[DataSource]:
         weight = entry.get("weight")
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0):
             raise ValueError(f"{where}: weight must be a positive number, got {weight!r}.")
+        fraction = entry.get("fraction")
+        if fraction is not None and (
+            isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1
+        ):
+            raise ValueError(f"{where}: fraction is the share of the source's rows kept, in (0, 1]; got {fraction!r}.")
         source_filter = parse_structured(entry.get("dataset_filter", base.dataset_filter), f"{where}.dataset_filter")
         if source_filter is not None:
             parse_filter(source_filter, f"{where}.dataset_filter")
@@ -108,6 +116,7 @@ def data_sources(args: DataArguments) -> list[DataSource]:
                 dataset_filter=source_filter,
                 weight=None if weight is None else float(weight),
                 keep_columns=base.keep_columns,
+                fraction=None if fraction is None else float(fraction),
             )
         )
     weighted = [source.weight is not None for source in sources]
@@ -170,6 +179,15 @@ def load_local(path: str | Path, *, key: str = "dataset_path", role: str = "") -
     return load_dataset(kinds.pop(), data_files=[str(p) for p in files], split="train")
 
 
+class HubDataUnavailable(RecipeError):
+    """A hub dataset that neither the local cache nor the hub (unreachable, or switched off) could give: `--explain`,
+    which reads local files only, names it as not checked; training stops on it."""
+
+    def __init__(self, message: str, source: DataSource) -> None:
+        super().__init__(message)
+        self.source = source
+
+
 def load_source(source: DataSource, role: str = "training") -> Dataset:
     """The raw rows of one source (hub split or local file/folder); `role` names it in errors."""
     if source.path is not None:
@@ -177,7 +195,9 @@ def load_source(source: DataSource, role: str = "training") -> Dataset:
         return load_local(source.path, key=key, role=role)
     try:
         return load_dataset(source.name, source.config, split=source.split)
-    except (OSError, ValueError) as error:  # FileNotFoundError, ConnectionError, datasets' DatasetNotFoundError
+    except ConnectionError as error:  # not in the local cache, and the hub out of reach (or switched off)
+        raise HubDataUnavailable(hub_load_error(source, role, error), source) from error
+    except (OSError, ValueError) as error:  # FileNotFoundError, datasets' DatasetNotFoundError, a missing split
         raise RecipeError(hub_load_error(source, role, error)) from error
 
 
@@ -269,7 +289,7 @@ def source_examples(dataset: Dataset, source: DataSource) -> list[Example]:
                 "a text column."
             )
         answer = answers[i]
-        if isinstance(answer, list | dict) and source.answer_extraction not in LIST_FORMATS:
+        if gold_shape_problem(answer, source.answer_extraction) is not None:
             raise ValueError(
                 f"{source.label}: row {i} (0-based) has a {type(answer).__name__} in answer column "
                 f"{source.answer_column!r}: {answer!r:.200}. The gold answer must be a string or a number (a list "

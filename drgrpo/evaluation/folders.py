@@ -40,6 +40,18 @@ DEFAULT_ROOT = Path("outputs/eval")
 PROMPT_EXTRAS = ("system_prompt", "chat_template_kwargs", "chat_examples", "extra_eos_tokens")
 
 
+def model_label(model_name_or_path: str) -> str:
+    """The one name of a model in an evaluation's folder, `eval_config.json` and `eval-compare` rows: a local folder by
+    its resolved path, relative to the current folder when inside it (`outputs/demo/model`, however it was typed:
+    `./outputs/demo/model`, its absolute path, `outputs/demo/model/`), else absolute (`../run1` from /work/clone is
+    `/work/run1`); a prepared short name or a hub id as it is."""
+    path = Path(model_name_or_path).expanduser()
+    if not path.is_dir():
+        return str(model_name_or_path)
+    resolved, here = path.resolve(), Path.cwd().resolve()
+    return resolved.relative_to(here).as_posix() if resolved.is_relative_to(here) else resolved.as_posix()
+
+
 def sanitize(text: str) -> str:
     """`text` as one folder name: runs of anything but letters, digits, `.`, `_` and `-` become `_`."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text.strip("/").removeprefix("./")).strip("_") or "model"
@@ -80,8 +92,9 @@ def default_output_dir(
     model: str, benchmark: str, config: dict, max_problems: int | None, precision: EvalPrecision
 ) -> Path:
     """`outputs/eval/<model>/<benchmark>[-<settings>]`, or the suffix-less folder of an evaluation started before
-    suffixes existed whose settings are these (so that it resumes instead of starting over)."""
-    base = DEFAULT_ROOT / sanitize(model)
+    suffixes existed whose settings are these (so that it resumes instead of starting over). `<model>` is the
+    model's `model_label` as one folder name: one model, however typed, one folder, never a hidden `.._run1`."""
+    base = DEFAULT_ROOT / sanitize(model_label(model))
     suffix = settings_suffix(config, max_problems, precision)
     folder = base / (f"{benchmark}-{suffix}" if suffix else benchmark)
     legacy = base / benchmark / CONFIG_FILE

@@ -11,13 +11,11 @@ for gsm8k), else how to point the preset at a local file.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 from drgrpo.core.errors import ROOT, UsageError, command_flag
-from drgrpo.core.models import HUB_TIMEOUT_S, hub_gave_no_answer, hub_offline
+from drgrpo.core.models import HUB_TIMEOUT_S, cache_only, hub_gave_no_answer, hub_offline
 from drgrpo.evaluation.benchmarks import SHIPPED_SUBSETS
 
 
@@ -36,23 +34,6 @@ def hub_unreachable(dataset_name: str) -> str | None:
         if hub_gave_no_answer(error):
             return f"the hub cannot be reached from here ({type(error).__name__})"
     return None
-
-
-@contextlib.contextmanager
-def cache_only() -> Iterator[None]:
-    """datasets' and huggingface_hub's offline mode for one call: a cached dataset loads, an uncached one fails at once.
-
-    Both libraries read HF_HUB_OFFLINE once, at import, into a module constant that they consult at each request; the
-    constants are set for the call and restored after it (the environment variable would come too late)."""
-    import datasets.config
-    from huggingface_hub import constants
-
-    saved = (datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE)
-    datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
 
 
 def local_fix(preset: str, dataset_name: str, split: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from drgrpo.data.golds import normalize_gold
+from drgrpo.data.golds import gold_shape_problem, normalize_gold
 from drgrpo.evaluation.hub import load_hub_rows
 
 
@@ -36,6 +36,14 @@ def problems_from_rows(
         question = row[question_column]
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"Row {index} of {source}: question column {question_column!r} is empty or not text.")
+        # Read as training reads it (drgrpo.data.golds): a list gold under a text format is refused, not turned into
+        # the text of its repr, which no answer ever matches.
+        if (problem := gold_shape_problem(row[answer_column], answer_format)) is not None:
+            raise ValueError(
+                f"Row {index} of {source}: answer column {answer_column!r} holds {problem}: every answer would be "
+                "graded wrong. Use --answer_format list (or auto) for a list of answers, or store the gold as text, "
+                "as training requires (answer_extraction)."
+            )
         problems.append(Problem(index, question, normalize_gold(row[answer_column], answer_format)))
     return problems
 

@@ -21,7 +21,7 @@ from drgrpo.evaluation.backends import Request, TransformersBackend, VLLMBackend
 from drgrpo.evaluation.benchmarks import PRESETS, resolve_preset
 from drgrpo.evaluation.code import CODE_TESTS, code_settings, grade_code_completions
 from drgrpo.evaluation.dtypes import EvalPrecision, precision_line, resolve_precision
-from drgrpo.evaluation.folders import default_output_dir
+from drgrpo.evaluation.folders import default_output_dir, model_label
 from drgrpo.evaluation.folders import sanitize as _sanitize
 from drgrpo.evaluation.problems import Problem, build_prompts, data_fingerprint, load_rows, problems_from_rows
 from drgrpo.evaluation.report import SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, summarize, summary_markdown
@@ -266,7 +266,7 @@ def run_evaluation(args: EvalArguments) -> dict:
     backend_name = choose_backend(args.backend)
     precision = resolve_precision(args.dtype, _recipe_settings(args.recipe), args.recipe, backend_name)
     config = {
-        "model": args.model_name_or_path,
+        "model": model_label(args.model_name_or_path),  # one model, one name however typed (folders.py)
         "benchmark": bench.name,
         "source": bench.source,
         "data_fingerprint": data_fingerprint(bench.problems),
@@ -298,7 +298,9 @@ def run_evaluation(args: EvalArguments) -> dict:
         else default_output_dir(args.model_name_or_path, bench.name, config, args.max_problems, precision)
     )
     # A folder written before `dtype` was recorded resumes when the precision is `auto`, as it was then.
-    _check_config(output_dir, config, args.overwrite, optional=() if precision.chosen else ("dtype",))
+    _check_config(
+        output_dir, config, args.overwrite, optional=() if precision.chosen else ("dtype",), same={"model": model_label}
+    )
     samples_path = output_dir / SAMPLES_FILE
     done = {(r["problem_index"], r["sample_index"]) for r in read_samples(samples_path)}
 
@@ -383,7 +385,7 @@ def _generate_and_write(
         # Similar prompt lengths share a batch, so left padding wastes little; samples do not depend on batching.
         pending = sorted(pending, key=lambda r: (-len(r.prompt_ids), r.problem_index, r.sample_index))
     # The stage's one precision line, read from the built backend: what it computes in, not what was asked for.
-    logger.warning(precision_line(*backend.computes(), precision.why))
+    logger.info(precision_line(*backend.computes(), precision.why))
     golds = {p.index: p.gold for p in bench.problems}
     questions = {p.index: p.question for p in bench.problems}
     grade = functools.partial(grade_completions, extraction_mode=mode)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from drgrpo.core.errors import command_flag
 from drgrpo.evaluation.report import CONFIG_FILE, SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD
@@ -41,15 +43,23 @@ def read_samples(path: Path) -> list[dict]:
     return rows
 
 
-def _check_config(output_dir: Path, config: dict, overwrite: bool, optional: tuple[str, ...] = ()) -> None:
+def _check_config(
+    output_dir: Path,
+    config: dict,
+    overwrite: bool,
+    optional: tuple[str, ...] = (),
+    same: dict[str, Callable[[Any], Any]] | None = None,
+) -> None:
     """Refuse to resume a folder whose run had other settings; `optional`: keys a folder written before they were
-    recorded may lack (compared only when the folder has them)."""
+    recorded may lack (compared only when the folder has them); `same`: a key's normal form, applied to the folder's
+    value before comparing (a model typed another way before its name was normalised)."""
     config_path = output_dir / CONFIG_FILE
     if overwrite:
         for name in (SAMPLES_FILE, SUMMARY_JSON, SUMMARY_MD, CONFIG_FILE):
             (output_dir / name).unlink(missing_ok=True)
     elif config_path.exists():
         previous = json.loads(config_path.read_text())
+        previous.update({key: normal(previous[key]) for key, normal in (same or {}).items() if key in previous})
         keys = (set(previous) | set(config)) - {k for k in optional if k not in previous}
         changed = sorted(k for k in keys if previous.get(k) != config.get(k))
         if changed:

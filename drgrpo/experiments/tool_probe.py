@@ -353,6 +353,8 @@ def held_out_results(
     for calls, recipe in recipes.items():
         start = time.perf_counter()
         folder = out / f"B{calls}"
+        # Samples an earlier, interrupted command saved here are read, not generated again: counted, to say so.
+        saved = 0 if overwrite else len(read_samples(folder / "samples.jsonl"))
         summary = evaluate(
             model_path=model,
             data_file=str(data),
@@ -381,6 +383,8 @@ def held_out_results(
             "answers_with_program": sum(bool(r.get("tool_calls")) for r in rows) / max(1, len(rows)),
             "box_equals_output": box_equals_output(rows) if calls else None,
             "seconds": round(time.perf_counter() - start, 1),
+            "samples": len(rows),
+            "samples_read": min(saved, len(rows)),
         }
     return result
 
@@ -479,7 +483,14 @@ def format_table(probe: dict) -> str:
         f"window: {100 * WINDOW[0]:.0f}%-{100 * WINDOW[1]:.0f}% with the tool (B={WITH_TOOL_BUDGET}) and below "
         f"{100 * TEXT_MAX:.0f}% without (B=0); in the window: {chosen}; the task (nearest the window's middle): "
         f"{probe.get('chosen') or 'none'}",
-        f"{probe['machine']}; this command {probe['seconds'] / 60:.1f} min (samples saved by an earlier one are read, "
-        f"not generated again), load average {probe['load_average_mean']} on the mean",
+        f"{probe['machine']}; this command {probe['seconds'] / 60:.1f} min{samples_read(probe)}, load average "
+        f"{probe['load_average_mean']} on the mean",
     ]
     return "\n".join(lines)
+
+
+def samples_read(probe: dict) -> str:
+    """' (N of M samples read from an earlier command's, not generated again)' when this command resumed, else ''."""
+    budgets = [budget for result in probe["families"] for key, budget in result.items() if key.startswith("B")]
+    read, total = sum(b.get("samples_read", 0) for b in budgets), sum(b.get("samples", 0) for b in budgets)
+    return f" ({read} of {total} samples read from an earlier command's, not generated again)" if read else ""

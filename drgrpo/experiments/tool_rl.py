@@ -42,6 +42,11 @@ TASK = "square_sum"
 ARMS = ("tool", "text")
 BUDGETS = (WITH_TOOL_BUDGET, 0)  # held-out call budgets: B=4 prompted with the tool, B=0 without it
 TRAIN_SEED = "train"  # the training problems' generator seed (the held-out set's is the probe's, 0)
+# Measured on 2 cores of an AMD EPYC Zen 4 with native bf16 (docs/tools.md, issue 45): both arms' training side by side
+# took 19.4-19.9 min for 15 steps (the slower arm), about 80 s a step; the four evaluations of a seed (B=4 and B=0 of
+# each arm, 50 problems each) the rest of its 23 min, about 45 s an evaluation of 50 problems.
+SECONDS_PER_STEP = 80
+SECONDS_PER_PROBLEM = 0.9  # one greedy evaluation of one held-out problem
 
 
 @dataclass
@@ -57,6 +62,32 @@ class ToolRLSettings:
     max_new_tokens: int = 192  # held-out budget, the probe's (model and tool tokens)
     eval_batch_size: int = 50
     overrides: tuple[str, ...] = ()  # recipe overrides for both arms
+
+
+def recipe_steps(recipe: str, overrides: tuple[str, ...] = ()) -> int:
+    """The optimizer steps each arm trains: `--max_steps N` among the overrides, else the recipe's `max_steps`."""
+    from drgrpo.recipe.file import command_line_values, read_recipe
+
+    given = command_line_values(list(overrides)).get("max_steps")
+    return int(given[0]) if given else int(read_recipe(recipe)["max_steps"])
+
+
+def expected_minutes(steps: int, num_test: int) -> tuple[float, float]:
+    """(minutes a seed, minutes of the evaluation before training) on the machine of `SECONDS_PER_STEP`: `steps` side
+    by side, then four evaluations of `num_test` problems; before training, two."""
+    evaluation = SECONDS_PER_PROBLEM * num_test
+    return (steps * SECONDS_PER_STEP + 4 * evaluation) / 60, 2 * evaluation / 60
+
+
+def announcement(seeds: int, steps: int, num_test: int, output_dir: str, native_bf16: bool) -> str:
+    """The line `make tool-rl` starts with: its own time, from its steps and held-out problems (not the full run's)."""
+    per_seed, before = expected_minutes(steps, num_test)
+    slower = "" if native_bf16 else "; this CPU has no native bf16, so it trains in float32, about twice as long"
+    return (
+        f"make tool-rl: {seeds} seed(s) of {steps} step{'s' * (steps != 1)} and {num_test} held-out problems, about "
+        f"{per_seed:.0f} min each (evaluation before training: {before:.0f} min more), as measured on 2 cores with "
+        f"native bf16 (Zen 4){slower}; results in {output_dir}/results.md"
+    )
 
 
 def training_set(task: str, count: int, held_out: list[Problem]) -> list[Problem]:

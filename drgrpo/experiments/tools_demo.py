@@ -140,14 +140,24 @@ def run_tools_demo(settings: ToolDemoSettings) -> dict:
         gain = summary[f"accuracy_after_B{calls}"] - summary[f"accuracy_before_B{calls}"]
         summary[f"gain_points_B{calls}"] = round(gain, 1)
     summary["tool_advantage_after_points"] = round(summary["accuracy_after_B4"] - summary["accuracy_after_B0"], 1)
-    # The policy's own accuracy while it trains (sampled at the recipe's temperature, B=4): the first step's and the
-    # mean of the last three, from the logs.
-    rates = [e["diag/pass_rate"] for e in trainer.state.log_history if e.get("diag/pass_rate") is not None]
-    if rates:
-        summary["train_pass_rate_first"] = _percent(rates[0])
-        summary["train_pass_rate_last3"] = _percent(sum(rates[-3:]) / len(rates[-3:]))
+    summary |= train_pass_rates(trainer.state.log_history)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def train_pass_rates(log_history: list[dict], last: int = 3) -> dict:
+    """The policy's own accuracy while it trains (sampled at the recipe's temperature, B=4), from the logs: the first
+    step's and the mean of the last `last` steps, or of as many as the run logged (a 2-step run: its last 2)."""
+    rates = [e["diag/pass_rate"] for e in log_history if e.get("diag/pass_rate") is not None]
+    if not rates:
+        return {}
+    tail = rates[-last:]
+    return {
+        "train_pass_rate_first": _percent(rates[0]),
+        "train_pass_rate_last": _percent(sum(tail) / len(tail)),
+        "train_pass_rate_last_steps": len(tail),
+        "train_pass_rate_steps": len(rates),
+    }
 
 
 def format_summary(summary: dict, output_dir: str) -> str:
@@ -167,10 +177,12 @@ def format_summary(summary: dict, output_dir: str) -> str:
         )
     lines.append(f"  with the tool vs without, after training: {summary['tool_advantage_after_points']:+.1f} points")
     if "train_pass_rate_first" in summary:
-        lines.append(
-            f"  training pass rate (sampled, B=4): {summary['train_pass_rate_first']:.1f}% at step 1 -> "
-            f"{summary['train_pass_rate_last3']:.1f}% over the last 3 steps"
-        )
+        first, steps = f"{summary['train_pass_rate_first']:.1f}% at step 1", summary["train_pass_rate_steps"]
+        last = summary["train_pass_rate_last_steps"]
+        later = f" -> {summary['train_pass_rate_last']:.1f}% over the last {last} steps" if steps > 1 else " (one step)"
+        if steps > 1 and last == steps:
+            later = f" -> {summary['train_pass_rate_last']:.1f}% over all {steps} steps"
+        lines.append(f"  training pass rate (sampled, B=4): {first}{later}")
     lines += [
         f"{summary['seconds']:.0f} s in all ({summary['train_seconds']:.0f} s training), peak RSS "
         f"{summary['peak_rss_gb']:.1f} GB, load average {summary['load_average_start'][0]:.1f} at the start",

@@ -147,13 +147,27 @@ def pass_rate(correctness: torch.Tensor, threshold: float = 1.0) -> float:
     return correct_mask(correctness, threshold)[scored].float().mean().item()
 
 
-def group_outcome_shares(correctness: torch.Tensor, group_size: int, threshold: float = 1.0) -> dict[str, float]:
-    """Share of groups that are all correct, all wrong, and that hold at least one correct completion (pass@G).
+def zero_signal_groups(totals: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Which groups carry no signal: their total (weighted) rewards are all equal, by TRL's own rule for
+    `frac_reward_zero_std` (the NaN-skipping std of each group's summed rewards, `isclose` to 0)."""
+    from trl.trainer.utils import nanstd
 
-    Groups are `group_size` contiguous completions of one prompt (TRL's `RepeatSampler` order). All-correct and
-    all-wrong groups have zero reward variance under a 0/1 reward and so carry no gradient (background note,
-    section 1); TRL logs only their sum (`frac_reward_zero_std`). Unscored (NaN) completions are left out of their
-    group; a group with none scored counts in none of the three shares' numerators.
+    std = nanstd(totals.float().view(-1, group_size), dim=1) if group_size > 1 else torch.zeros(totals.numel())
+    return torch.isclose(std, torch.zeros_like(std))
+
+
+def group_outcome_shares(
+    correctness: torch.Tensor, group_size: int, threshold: float = 1.0, totals: torch.Tensor | None = None
+) -> dict[str, float]:
+    """Share of groups with no signal that are all correct, and all wrong, and of groups that hold at least one
+    correct completion (pass@G).
+
+    Groups are `group_size` contiguous completions of one prompt (TRL's `RepeatSampler` order). A group carries no
+    gradient when its total rewards (`totals`: the weighted sum TRL trains on) are all equal (background note,
+    section 1); TRL logs the share of such groups (`frac_reward_zero_std`), split here by correctness. Under a 0/1
+    reward alone that is every all-correct or all-wrong group; with several rewards an all-correct group whose second
+    reward still differs has signal and is not counted (`totals` None: the correctness reward is the total).
+    Unscored (NaN) completions are left out of their group; a group with none scored counts in none of the shares.
     """
     if group_size < 1 or correctness.numel() % group_size != 0:
         raise ValueError(f"{correctness.numel()} completions do not split into groups of {group_size}.")
@@ -161,6 +175,8 @@ def group_outcome_shares(correctness: torch.Tensor, group_size: int, threshold: 
     scored = ~torch.isnan(grouped)
     correct = correct_mask(grouped, threshold)
     has_scored = scored.any(dim=1)
+    if totals is not None:
+        has_scored = has_scored & zero_signal_groups(totals.to(grouped.device), group_size)
     all_correct = has_scored & (correct | ~scored).all(dim=1)
     all_wrong = has_scored & (~correct).all(dim=1)
     any_correct = correct.any(dim=1)
@@ -232,8 +248,10 @@ def batch_diagnostics(
     correctness: torch.Tensor | None,
     group_size: int,
     threshold: float = 1.0,
+    totals: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """All per-batch `diag/` metrics of one generation batch (every process's completions, in group order).
+    """All per-batch `diag/` metrics of one generation batch (every process's completions, in group order); `totals`:
+    each completion's weighted total reward, which decides whether a group has signal (`group_outcome_shares`).
 
     Without a correctness reward (`correctness` None) only the truncation rate is returned.
     """
@@ -241,7 +259,7 @@ def batch_diagnostics(
     if correctness is None:
         return metrics
     metrics[PASS_RATE] = pass_rate(correctness, threshold)
-    metrics.update(group_outcome_shares(correctness, group_size, threshold))
+    metrics.update(group_outcome_shares(correctness, group_size, threshold, totals))
     metrics[LENGTH_CORRECT], metrics[LENGTH_INCORRECT] = mean_length_by_correctness(lengths, correctness, threshold)
     metrics[TRUNCATED_SHARE_OF_CORRECT] = truncated_share_of_correct(truncated, correctness, threshold)
     return metrics

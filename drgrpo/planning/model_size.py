@@ -149,8 +149,9 @@ def lora_parameters(config: dict[str, Any], rank: int, target_modules: str | lis
 
 
 def load_model_config(model_name_or_path: str) -> tuple[dict[str, Any] | None, str]:
-    """The model's config.json fields (local folder or prepared model first, then `BUILTIN_MODEL_CONFIGS`) and where
-    they came from. A prepared short name (`smollm2-135m-instruct`) is read from the model cache when it is there."""
+    """The model's config.json fields (local folder or prepared model first, then `BUILTIN_MODEL_CONFIGS`, then the
+    Hugging Face cache) and where they came from. A prepared short name (`smollm2-135m-instruct`) is read from the
+    model cache when it is there."""
     from drgrpo.core.models import PREPARED_MODELS, is_prepared, prepared_model_dir
 
     if model_name_or_path in PREPARED_MODELS and is_prepared(prepared_model_dir(model_name_or_path)):
@@ -160,4 +161,18 @@ def load_model_config(model_name_or_path: str) -> tuple[dict[str, Any] | None, s
         return json.loads(local.read_text()), str(local)
     if model_name_or_path in BUILTIN_MODEL_CONFIGS:
         return dict(BUILTIN_MODEL_CONFIGS[model_name_or_path]), "drgrpo.planning.model_size.BUILTIN_MODEL_CONFIGS"
-    return None, ""
+    cached = _hub_cache_config(model_name_or_path)  # a hub model whose config.json is in the cache: no network
+    return (json.loads(Path(cached).read_text()), cached) if cached else (None, "")
+
+
+def _hub_cache_config(name: str) -> str | None:
+    """The cached config.json of hub id `name` (the Hugging Face cache only, never the network), or None."""
+    if name.count("/") != 1 or name.startswith((".", "/", "~")):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not a valid repo id
+        return None
+    return found if isinstance(found, str) else None

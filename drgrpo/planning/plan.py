@@ -133,23 +133,36 @@ def plan_recipe(
             findings.append(Finding("error", "per_device_eval_batch_size", *problem))
 
     config, source = load_model_config(model_args.model_name_or_path)
-    model, unbuilt = None, "no local config.json and not in the planner's built-in table."
+    model, unbuilt = None, "no local config.json, none in the Hugging Face cache, and not in the planner's table"
     if config is not None:
         try:
             model = meta_model(config)  # parameters on the meta device: shapes only, no weights
         except Exception as error:  # an unknown model_type, none, no causal LM for it, or fields it refuses
             detail = "" if isinstance(error, (ValueError, TypeError)) else f" ({type(error).__name__}: {error})"
-            unbuilt = f"transformers builds no causal LM for model_type {config.get('model_type')!r}{detail}."
+            unbuilt = f"transformers builds no causal LM for model_type {config.get('model_type')!r}{detail}"
     if model is not None:
         report.size = model_size(model, source)
-    elif setup.on_gpu or config is not None:  # on CPU, a model not built yet only leaves the context unchecked
+    elif config is not None:  # a config transformers cannot build: training could not load it either (on GPUs)
         findings.append(
             Finding(
                 "error" if setup.on_gpu else "warning",
                 "model_name_or_path",
-                f"Cannot size {model_args.model_name_or_path!r}: {unbuilt}",
+                f"Cannot size {model_args.model_name_or_path!r}: {unbuilt}.",
                 "point model_name_or_path at a local folder holding the model's config.json, or add the model's "
                 "config fields to drgrpo.planning.model_size.BUILTIN_MODEL_CONFIGS.",
+            )
+        )
+    elif setup.on_gpu:  # on CPU, a model not built yet only leaves the context unchecked (below)
+        # A warning, not an error: the recipe may be right, the planner only has no config.json of the model here (a
+        # hub model offline); the batch, family and generation checks above and below still run.
+        name = model_args.model_name_or_path
+        findings.append(
+            Finding(
+                "warning",
+                "model_name_or_path",
+                f"Cannot size {name!r} here ({unbuilt}): its context and the memory per GPU are not checked.",
+                f"`hf download {name} config.json` (one small file, into the cache the planner reads), or point "
+                "model_name_or_path at a local folder holding the model's config.json.",
             )
         )
     else:

@@ -25,6 +25,7 @@ from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.eos import EosArguments
 from drgrpo.algorithm.family import FamilyArguments
 from drgrpo.algorithm.rollout.arguments import EngineArguments, ToolArguments
+from drgrpo.algorithm.sampler_correction import SamplerCorrectionArguments
 from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.errors import UsageError
 from drgrpo.data import DataArguments
@@ -57,6 +58,7 @@ GROUPS: tuple[tuple[type, str], ...] = (
     (EosArguments, "end-of-answer tokens"),
     (StepSpeedArguments, "speed: bf16 on CPU, padding, the LM head"),
     (EngineArguments, "generation without vLLM: the CPU engine (docs/demo.md)"),
+    (SamplerCorrectionArguments, "the sampler-vs-learner correction (vLLM and the CPU engine)"),
     (OutputDirArguments, "output directory"),
     (ModelConfig, "model (TRL ModelConfig)"),
     (GRPOConfig, "GRPO trainer (TRL GRPOConfig)"),

@@ -9,6 +9,7 @@ world size. The planner reads a recipe's own keys with `recipe_values`, the one 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,8 @@ from drgrpo.core.errors import RecipeError
 from drgrpo.recipe.batch_rules import eval_batch_problem
 from drgrpo.recipe.cli import BATCH_KEYS, parse_values, recipe_values, require_recipe
 from drgrpo.recipe.file import read_header, recipe_argv, recipe_path
+
+logger = logging.getLogger(__name__)
 
 
 def parse_for_planning(recipe: str | Path, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -47,12 +50,37 @@ def parse_for_planning(recipe: str | Path, overrides: Sequence[str] = ()) -> tup
 
 
 def explain_recipe(argv: Sequence[str]) -> str:
-    """The GRPO family card of `RECIPE.yaml [--key value ...] --explain`, built from the config alone (no model).
+    """`RECIPE.yaml [--key value ...] --explain`: every check training runs before its model loads, then the GRPO
+    family card (last), from the config alone: no weights load, nothing downloads, nothing of the run is written.
+
+    The checks are training's own (`drgrpo.run.before_model`, with `inspect`): rewards, model files and context,
+    tokenizer, data; what only the hub holds here is logged as not checked. The card is `recipe_card`'s.
+    """
+    from drgrpo.run.before_model import before_model  # torch and TRL: after the recipe's cheap checks (see above)
+
+    script_args, training_args, model_args, card = _parse_and_card(argv)
+    inputs = before_model(script_args, training_args, model_args, inspect=True)
+    for note in inputs.not_checked:
+        logger.warning("--explain: not checked here: %s.", note)
+    data = "" if inputs.train_dataset is None else f"; {len(inputs.train_dataset)} training prompts"
+    data += "" if inputs.eval_dataset is None else f", {len(inputs.eval_dataset)} held out"
+    passed = "passed" if not inputs.not_checked else "passed, but for what is named above as not checked"
+    logger.info("--explain: the checks training runs before its model loads %s%s; no weights loaded.", passed, data)
+    return card
+
+
+def recipe_card(argv: Sequence[str]) -> str:
+    """The algorithm line and GRPO family card of `RECIPE.yaml [--key value ...]`, from the parsed config alone.
 
     Parsed as a pre-flight check (`parse_recipe(..., preflight=True)`): the card does not depend on the device, and
     TRL's batch check at this machine's world size would refuse a recipe that is right for its target world size
     (`scripts/plan.py` checks that). The card's batch values are then the recipe's own, not the stand-ins.
     """
+    return _parse_and_card(argv)[3]
+
+
+def _parse_and_card(argv: Sequence[str]) -> tuple[Any, Any, Any, str]:
+    """(script args, trainer args, model args, card) of a command line, its batch rules checked at its world size."""
     from drgrpo.algorithm.family import family_card  # torch and TRL: after the recipe's cheap checks (see above)
     from drgrpo.recipe.config_errors import batch_rule_error
 
@@ -61,7 +89,7 @@ def explain_recipe(argv: Sequence[str]) -> str:
     path = recipe_path(argv)
     index = argv.index("--config")
     overrides = [*argv[:index], *argv[index + 2 :]]
-    _, training_args, _, batch = parse_for_planning(path, overrides)
+    script_args, training_args, model_args, batch = parse_for_planning(path, overrides)
     # Training checks the batch rules at its own world size; the pre-flight parse above used stand-ins, so check the
     # recipe's own values here at its target (the header's world size, else WORLD_SIZE, else 1).
     world_size = read_header(path)["world_size"] or int(os.environ.get("WORLD_SIZE", "1"))
@@ -75,9 +103,9 @@ def explain_recipe(argv: Sequence[str]) -> str:
         if problem is not None:
             raise RecipeError(f"{where}: {problem[0]} Fix: {problem[1]}")
     for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations"):
-        setattr(training_args, key, int(batch[key]))
+        setattr(training_args, key, int(batch[key]))  # the card's batch values are the recipe's own
     training_args.steps_per_generation = recipe_steps_per_generation(batch, world_size)
-    return f"{training_args.algorithm_summary}\n{family_card(training_args)}"
+    return script_args, training_args, model_args, f"{training_args.algorithm_summary}\n{family_card(training_args)}"
 
 
 def recipe_steps_per_generation(batch: dict[str, Any], world_size: int) -> int:

@@ -8,45 +8,31 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from transformers import AutoTokenizer, TrainerCallback
+from transformers import TrainerCallback
 from trl import ModelConfig, get_peft_config
 
-from drgrpo.algorithm.advantages import lowest_scores
 from drgrpo.algorithm.config import DrGRPOConfig
-from drgrpo.algorithm.eos import extra_eos_token_ids
-from drgrpo.algorithm.rollout.python_tool import build_python_tool, tool_reward_funcs
+from drgrpo.algorithm.rollout.python_tool import build_python_tool
 from drgrpo.algorithm.rollout.trl_rollout import make_rollout_func
-from drgrpo.algorithm.sampling_keys import check_context_length
 from drgrpo.algorithm.trainer import DrGRPOTrainer
 from drgrpo.core.adapters import record_portable_base, save_merged
 from drgrpo.core.checkpoints import find_resumable_checkpoint, newest_complete_checkpoint
 from drgrpo.core.disk import disk_full_as_one_line
+from drgrpo.core.errors import RecipeError
 from drgrpo.core.heap import release_free_memory
-from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER, read_model_config, resolve_model
-from drgrpo.core.threads import adapt_torch_threads
-from drgrpo.data import load_prompt_dataset
-from drgrpo.data.sources import data_sources
+from drgrpo.core.models import ADAPTER_CONFIG, MERGED_FOLDER
+from drgrpo.core.threads import adapt_torch_threads, thread_line
 from drgrpo.observe.step_log import use_step_lines
 from drgrpo.run.arguments import ScriptArguments
+from drgrpo.run.before_model import before_model, vllm_without_gpu
 from drgrpo.run.data_fingerprint import check_resumed_data, data_record, dataset_fingerprint
 from drgrpo.run.output_guard import check_output_dir, check_writable, read_record, run_settings, start_run
 from drgrpo.run.precision import engaged_summary, engine_summary, keep_float32_master_weights, restore_dtype
 from drgrpo.run.resume import finished_run, interrupted_message, start_status, unfinished_run
 from drgrpo.run.run_lock import hold_output_dir
 from drgrpo.run.stage_precision import trainer_precision_line
-from rewards import get_reward_funcs
 
 logger = logging.getLogger(__name__)
-
-
-def model_init_kwargs(model_args: ModelConfig) -> dict:
-    """`from_pretrained` keyword arguments from the recipe's model settings."""
-    kwargs = {"revision": model_args.model_revision}
-    if model_args.dtype not in (None, "auto"):
-        kwargs["dtype"] = model_args.dtype
-    if model_args.attn_implementation is not None:
-        kwargs["attn_implementation"] = model_args.attn_implementation
-    return kwargs
 
 
 class ThreadCountCallback(TrainerCallback):
@@ -75,6 +61,8 @@ def train(
     `callbacks`: extra `TrainerCallback`s (an experiment's time budget, drgrpo/experiments/budget.py)."""
     if not model_args.model_name_or_path:
         raise ValueError("The recipe names no model: set model_name_or_path (hub id or local folder).")
+    if (problem := vllm_without_gpu(training_args)) is not None:  # TRL would fail at its first weight sync
+        raise RecipeError(problem)
     # Refuse before anything is loaded when output_dir cannot be written (drgrpo/run/output_guard.py).
     check_writable(training_args.output_dir)
     # A full disk anywhere in the run is one line naming output_dir (drgrpo/core/disk.py); `held` keeps the run's lock
@@ -99,50 +87,14 @@ def _train(
     if not overwrite and (finished := finished_run(training_args.output_dir, training_args)) is not None:
         logger.warning(finished)
         return None
-    # Rewards before the tokenizer and data: a custom reward that cannot be imported fails in seconds.
-    reward_funcs = get_reward_funcs(
-        script_args.reward_funcs,
-        settings=script_args,
-        max_completion_length=training_args.max_completion_length,
-        reward_weights=training_args.reward_weights,
-    )
-    if extra := tool_reward_funcs(training_args):  # tool_error_penalty: one more reward, weight 1
-        reward_funcs += extra
-        if training_args.reward_weights is not None:
-            training_args.reward_weights = [*training_args.reward_weights, *[1.0] * len(extra)]
-    if training_args.zero_reward_for_truncated:  # each reward's lowest score must be known; else refuse before loading
-        weights = training_args.reward_weights or [1.0] * len(reward_funcs)
-        lowest_scores(
-            [f.__name__ for f in reward_funcs], [getattr(f, "reward_range", None) for f in reward_funcs], weights
-        )
-    training_args.model_init_kwargs = {**model_init_kwargs(model_args), **(training_args.model_init_kwargs or {})}
-    # A short name (`smollm2-135m-instruct`) becomes its cached folder; a missing folder or an uncached hub id offline
-    # fails here in one line (drgrpo/core/models.py), before any weights load.
-    model_path = resolve_model(model_args.model_name_or_path, model_args.model_revision)
-    # The generation budget must fit the model's context (its config.json; drgrpo/algorithm/sampling_keys.py).
-    if (model_config := read_model_config(model_path, model_args.model_revision)) is not None:
-        budget = training_args.max_completion_length
-        check_context_length(model_config, model_args.model_name_or_path, budget, script_args.max_prompt_tokens)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    extra_eos_token_ids(tokenizer, training_args.extra_eos_tokens)  # an unknown token fails before the model loads
-    # The Python tool (drgrpo/algorithm/rollout/): its sandbox starts now, so a machine that cannot isolate programs
-    # fails before the model loads; TRL's `rollout_func` then runs the multi-turn loop on every rank.
-    rollout_func = None
-    if training_args.python_tool:
-        rollout_func = make_rollout_func(training_args, build_python_tool(training_args, script_args))
-
-    train_dataset, eval_dataset = load_prompt_dataset(
-        script_args,
-        seed=training_args.seed,
-        tokenizer=tokenizer,
-        chat_template_kwargs=training_args.chat_template_kwargs,
-    )
+    # Every check of the recipe before the model loads, the one function --explain runs too (drgrpo/run/
+    # before_model.py): rewards, model name and files, context, tokenizer and extra eos tokens, data.
+    inputs = before_model(script_args, training_args, model_args)
+    model_path, tokenizer = inputs.model_path, inputs.tokenizer
+    train_dataset, eval_dataset = inputs.train_dataset, inputs.eval_dataset
     # The data a run resumes on is the data it started on (drgrpo/run/data_fingerprint.py): checked before the model
     # loads, against the fingerprint the run record keeps.
-    sources = [source.label for source in data_sources(script_args)]
-    data = data_record(dataset_fingerprint(train_dataset), sources, len(train_dataset))
+    data = data_record(dataset_fingerprint(train_dataset), inputs.sources, len(train_dataset))
     if not overwrite and newest_complete_checkpoint(training_args.output_dir) is not None:
         check_resumed_data(
             read_record(Path(training_args.output_dir)),
@@ -155,10 +107,15 @@ def _train(
     # it (the other ranks are the same run).
     if int(os.environ.get("RANK", "0")) == 0:
         held.enter_context(hold_output_dir(training_args.output_dir))
+    # The Python tool (drgrpo/algorithm/rollout/): its sandbox starts now, so a machine that cannot isolate programs
+    # fails before the model loads; TRL's `rollout_func` then runs the multi-turn loop on every rank.
+    rollout_func = None
+    if training_args.python_tool:
+        rollout_func = make_rollout_func(training_args, build_python_tool(training_args, script_args))
 
     trainer = DrGRPOTrainer(
         model=model_path,
-        reward_funcs=reward_funcs,
+        reward_funcs=inputs.reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
@@ -177,15 +134,15 @@ def _train(
         mixed_precision=trainer.accelerator.mixed_precision,
         reference=trainer.ref_model,
     )
-    if trainer.accelerator.device.type == "cpu":
-        adapt_torch_threads()
+    if trainer.accelerator.device.type == "cpu":  # the thread count, said at start-up and on every step line
+        logger.info(thread_line())
         trainer.add_callback(ThreadCountCallback())
         trainer.add_callback(FreeMemoryCallback())
     for callback in callbacks:
         trainer.add_callback(callback)
     if trainer.accelerator.is_main_process:
         logger.info("engaged: %s", engaged_summary(trainer))  # what ran, not what was asked (gpu_smoke.sh reads it)
-        logger.warning(trainer_precision_line(trainer))  # training, generation, evaluation; why (bf16: auto)
+        logger.info(trainer_precision_line(trainer))  # training, generation, evaluation; why (bf16: auto)
     unfinished = unfinished_run(training_args.output_dir)  # read before this run's record replaces the last one's
     if trainer.accelerator.is_main_process:
         start_run(training_args.output_dir, settings, run_name=training_args.run_name, overwrite=overwrite, data=data)

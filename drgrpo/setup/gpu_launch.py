@@ -26,16 +26,24 @@ The trade-off: this relies on torchrun's internals (torch 2.13, accelerate 1.16)
 only way a worker has to end torchrun without the report. When a step cannot be done (no psutil, a worker that does
 not exit, a watcher too late), local rank 0's status 2 reaches torchrun and the launch fails as before, with the
 report: never with status 0. `make train` needs none of this: it checks the config before it launches.
+
+The bare `accelerate launch scripts/train.py RECIPE` (no `--config_file`, no accelerate config on the machine) runs
+no torchrun: accelerate's simple launcher starts one process, copies its stderr through, and on a non-zero exit raises
+a `CalledProcessError` from a `RuntimeError` holding that stderr again (the error line twice, then 27 lines of
+traceback). Its SIGTERM handler exits quietly (status 143), so the process it started ends it that way
+(`end_simple_launch`): once its stderr is copied through, it signals accelerate, which ends it. `check_launched_worker`
+says the GPU line there too, and `ends_simple_launch_quietly` does the same after any user error of scripts/train.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -111,22 +119,93 @@ def config_message(config: str, processes: object, reason: str) -> str:
     )
 
 
+def simple_message(recipe: str, reason: str) -> str:
+    """The one line of the bare `accelerate launch scripts/train.py RECIPE` (one process) on a machine without GPUs."""
+    return (
+        f"error: accelerate launch without --config_file runs {recipe} as one process on a GPU, and this machine has "
+        f"none ({reason}). Without GPUs: `accelerate launch --config_file {CPU_CONFIG} scripts/train.py {CPU_RECIPE}` "
+        "(ZeRO-3 on 2 CPU processes; `make demo-tiny` builds its model), or one process: `make train`."
+    )
+
+
 def check_launched_worker(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> None:
-    """Return, unless this is a torchrun worker of a recipe that trains on GPUs on a machine without one: then rank 0
-    prints one line and the launch ends (the module docstring), without returning."""
-    if not is_torchrun_worker(environ) or environ.get("ACCELERATE_USE_CPU", "").lower() in TRUE_WORDS:
+    """Return, unless this is a torchrun worker (or the one process of accelerate's simple launcher) of a recipe that
+    trains on GPUs on a machine without one: then rank 0 prints one line and the launch ends (the module docstring),
+    without returning."""
+    torchrun = is_torchrun_worker(environ)
+    launcher = None if torchrun else simple_launcher_pid(environ)
+    if not torchrun and launcher is None or environ.get("ACCELERATE_USE_CPU", "").lower() in TRUE_WORDS:
         return
     if recipe_trains_on_cpu(argv) is not False:
         return
     reason = no_gpu_reason(environ)
     if reason is None:
         return
-    if environ["RANK"] == "0":
-        from drgrpo.recipe.file import recipe_argv, recipe_path
+    from drgrpo.recipe.file import recipe_argv, recipe_path
 
-        recipe = recipe_path(recipe_argv(argv))
-        print(worker_message(str(recipe), environ.get("WORLD_SIZE", "several"), reason), file=sys.stderr, flush=True)
+    recipe = str(recipe_path(recipe_argv(argv)))
+    if launcher is not None:
+        print(simple_message(recipe, reason), file=sys.stderr, flush=True)
+        end_simple_launch(launcher)
+    if environ["RANK"] == "0":
+        print(worker_message(recipe, environ.get("WORLD_SIZE", "several"), reason), file=sys.stderr, flush=True)
     end_worker(environ)
+
+
+def simple_launcher_pid(environ: Mapping[str, str] = os.environ) -> int | None:
+    """The pid of `accelerate launch` when this process is the one its simple launcher started (accelerate's
+    variables set, no torchrun, the parent's command line `accelerate ... launch`), else None."""
+    if "TORCHELASTIC_RUN_ID" in environ or "ACCELERATE_DYNAMO_BACKEND" not in environ:
+        return None
+    try:
+        import psutil
+
+        parent = psutil.Process(os.getppid())
+        words = [Path(word).name for word in parent.cmdline()]
+    except Exception:  # no psutil, or the parent is gone: the launch fails as before, with accelerate's traceback
+        return None
+    launcher = any(word == "accelerate" or word.startswith("accelerate.") for word in words) and "launch" in words
+    return parent.pid if launcher else None
+
+
+def end_simple_launch(launcher: int, exit_status: int = EXIT_USER_ERROR) -> NoReturn:
+    """End accelerate's simple launch without its traceback: once accelerate has copied this process's stderr through
+    (the pipe is empty, and a moment more for its write), SIGTERM to accelerate, whose handler exits quietly (143)
+    and ends this process; `exit_status` if it does not (the launch then fails with accelerate's report, as before)."""
+    import fcntl
+    import termios
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + 2.0
+    try:
+        while time.monotonic() < deadline:
+            unread = bytearray(4)
+            fcntl.ioctl(2, termios.FIONREAD, unread)
+            if int.from_bytes(unread, sys.byteorder) == 0:
+                break
+            time.sleep(0.01)
+    except OSError:  # stderr is not a pipe: nothing to wait for
+        pass
+    time.sleep(0.2)
+    try:
+        os.kill(launcher, signal.SIGTERM)
+        time.sleep(WATCH_S)  # accelerate ends this process on its way out
+    except OSError:
+        pass
+    os._exit(exit_status)
+
+
+@contextlib.contextmanager
+def ends_simple_launch_quietly(environ: Mapping[str, str] = os.environ) -> Iterator[None]:
+    """Around scripts/train.py's `run_main`: a user error (its line printed, status 2) ends accelerate's simple launch
+    quietly instead of with accelerate's traceback; anywhere else (no launcher, torchrun) nothing changes."""
+    try:
+        yield
+    except SystemExit as exit_:
+        if exit_.code == EXIT_USER_ERROR and (launcher := simple_launcher_pid(environ)) is not None:
+            end_simple_launch(launcher)
+        raise
 
 
 def end_worker(environ: Mapping[str, str] = os.environ) -> NoReturn:
