@@ -24,7 +24,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install smollm2 demo demo-tools probe-tools tool-rl demo-tiny compare-tiny eval-demo train test test-fast lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tools probe-tools tool-rl probe-code demo-tiny compare-tiny eval-demo train test test-fast lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -92,6 +92,12 @@ probe-tools: smollm2
 # docs/tools.md): ~23 min a seed on 2 cores (Zen 4). ARGS="--seeds 0" for one; recipe overrides after `--`.
 tool-rl: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/tool_rl.py $(ARGS)
+
+# The task code RL trains on, chosen before any training (issue 55): the untrained SmolLM2, greedy, on 50 held-out
+# problems of each of seven families of small programs, each problem with its own tests, run by the `code` reward in
+# its sandbox. One table; a family is in the window at a pass rate of 5%-40% (docs/code-rl.md). Resumes when rerun.
+probe-code: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/probe_code_tasks.py $(ARGS)
 
 # The tiny demo (a random-weight model, seconds per stage). One torch thread unless OMP_NUM_THREADS is set: the tiny
 # model gains nothing from a second one, and two threads beside a busy core run 40x slower.

@@ -1,0 +1,182 @@
+"""The code probe (issue 55): problems whose tests are exact and fixed, held-out and training sets disjoint by problem,
+a one-shot example of another kind than every family, the window, what the probe's table reads from the samples.
+
+The references run in the real sandbox (skipped only where the kernel refuses namespaces); the model runs in the slow
+miniature at the end (`make probe-code` itself runs on SmolLM2)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+
+import pytest
+from conftest import ROOT, skip_unless_required
+
+from drgrpo.experiments.code_families import (
+    FAMILIES,
+    TESTS_PER_PROBLEM,
+    count_letters,
+    digit_sum_times,
+    fizz_word,
+    held_out_set,
+    larger_times,
+    list_max_plus,
+    matches_kind,
+    problem,
+    reverse_replace,
+    sum_plus,
+    training_set,
+)
+from drgrpo.experiments.code_probe import RECIPE, exception_name, in_window, probe_recipe
+from drgrpo.recipe.file import read_recipe
+from rewards import RewardArguments
+from rewards.code import NamespacesUnavailable, code_reward, parse_tests
+from rewards.code.taskset import as_completion
+from rewards.report import RewardReport
+
+
+def _cases(p):
+    return [(case.input, case.output) for case in parse_tests(p.tests)]
+
+
+def test_answers_by_hand():
+    rng = random.Random(0)
+    assert all(int(out) == sum(map(int, inp.split())) + 7 for inp, out in _cases(sum_plus(7, rng)))
+    cases = _cases(larger_times(3, rng))
+    assert all(int(out) == 3 * max(map(int, inp.split())) for inp, out in cases)
+    assert len({inp.split()[0] == inp.split()[1] for inp, _ in cases}) == 2  # a tie among the tests, and not only
+    p = count_letters("aei", rng)
+    assert "the letter a, e or i" in p.question
+    assert all(int(out) == sum(ch in "aei" for ch in inp) for inp, out in _cases(p))
+    assert all(int(out) == 5 * sum(map(int, inp.strip())) for inp, out in _cases(digit_sum_times(5, rng)))
+    p = list_max_plus(10, rng)
+    assert p.tests["fn_name"] == "largest"
+    assert all(out == max(args[0]) + 10 for args, out in zip(p.tests["inputs"], p.tests["outputs"], strict=True))
+    # FizzBuzz with one rule: n = 7, multiples of 3 -> 1 2 Pop 4 5 Pop 7.
+    assert fizz_word(3, "Pop", rng).tests["test_cases"][0]["output"] != ""
+    oracle = {c["input"]: c["output"] for c in fizz_word(3, "Pop", random.Random(1)).tests["test_cases"]}
+    for inp, out in oracle.items():
+        n = int(inp)
+        assert out.split() == ["Pop" if i % 3 == 0 else str(i) for i in range(1, n + 1)]
+    p = reverse_replace("a", "z", rng)
+    assert all(out == inp.strip()[::-1].replace("a", "z") + "\n" for inp, out in _cases(p))
+    assert "Print the line reversed, with every letter a replaced by z." in p.question
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_held_out_sets_are_fixed_distinct_problems_with_their_own_tests(family):
+    problems = held_out_set(family, 50)
+    assert len({p.key for p in problems}) == 50 and len({p.question for p in problems}) == 50
+    for p in problems:
+        assert len(parse_tests(p.tests)) == TESTS_PER_PROBLEM
+        assert matches_kind(p.question, family)
+        assert p.question.endswith("Put it in one ```python code block.")
+        assert problem(family, p.params) == p  # the tests are a function of the problem alone
+        row = p.row()
+        assert json.loads(row["verification_info"]) == p.tests and row["key"] == p.key
+    assert held_out_set(family, 50) == problems  # the same set on every run
+    assert held_out_set(family, 10) == problems[:10]
+    assert held_out_set(family, 10, seed=1) != problems[:10]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_training_problems_are_never_held_out(family):
+    held_out = held_out_set(family, 50)
+    train = training_set(family, 150, held_out)
+    assert len(train) == 150 and len({p.key for p in train}) == 150
+    assert not {p.key for p in train} & {p.key for p in held_out}  # by parameters: the same function is the same
+    assert training_set(family, 150, held_out) == train
+
+
+def test_a_family_has_too_few_problems_for_a_larger_set():
+    with pytest.raises(ValueError, match="fizz_word has 240 problems, fewer than the 241 asked for"):
+        held_out_set("fizz_word", 241)
+
+
+@pytest.fixture(scope="module")
+def sandbox_reward():
+    try:
+        return code_reward(RewardArguments(code_timeout=2.0, code_num_workers=2, code_scoring="all"))
+    except NamespacesUnavailable as exc:
+        skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_references_pass_their_tests_and_a_near_miss_does_not(family, sandbox_reward):
+    """Each family's reference (written apart from the oracle that made the tests) passes all tests of 8 held-out
+    problems, in the real sandbox; the reference of another problem of the family (another parameter) fails."""
+    problems = held_out_set(family, 8)
+    texts = [as_completion(p.reference) for p in problems]
+    tests = [json.dumps(p.tests) for p in problems]
+    assert sandbox_reward(texts, report=RewardReport(8), verification_info=tests) == [1.0] * 8
+    shifted = sandbox_reward(texts[1:] + texts[:1], report=RewardReport(8), verification_info=tests)
+    assert shifted == [0.0] * 8
+
+
+def test_the_one_shot_example_is_of_no_family_kind_and_runs_as_written():
+    base = read_recipe(ROOT / RECIPE)
+    [example] = base["chat_examples"]
+    for family in FAMILIES:
+        assert not matches_kind(example["question"] + example["answer"], family), family
+    program = example["answer"].split("```python\n")[1].split("```")[0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(program, {"input": lambda: "hello"})
+    assert out.getvalue() == "HELLO!\n"
+
+
+def test_the_probe_prompts_as_training_does():
+    base = read_recipe(ROOT / RECIPE)
+    recipe = probe_recipe(base)
+    assert recipe == {
+        "prompt_template": "chat",
+        "chat_examples": base["chat_examples"],
+        "code_timeout": base["code_timeout"],
+        "code_num_workers": base["code_num_workers"],
+        "bf16": "auto",
+    }
+    assert base["bf16"] == "auto" and base["reward_funcs"] == ["code"] and "system_prompt" not in base
+
+
+@pytest.mark.parametrize(
+    ("rate", "expected"), [(0.05, True), (0.40, True), (0.22, True), (0.04, False), (0.42, False), (0.0, False)]
+)
+def test_window_rule(rate, expected):
+    assert in_window(rate) is expected  # both ends included
+
+
+def test_exception_names():
+    trace = "Traceback (most recent call last):\n  File \"<p>\", line 1\nNameError: name 'x' is not defined\n"
+    assert exception_name(trace) == "NameError"
+    assert exception_name("EOFError: EOF when reading a line") == "EOFError"
+    assert exception_name("json.decoder.JSONDecodeError: Expecting value\n\n") == "JSONDecodeError"
+    assert exception_name("") == "exit"  # sys.exit(3), a signal: no traceback
+    assert exception_name("KeyboardInterrupt") == "KeyboardInterrupt"
+
+
+@pytest.mark.slow
+def test_make_probe_code_end_to_end_in_miniature(tmp_path):
+    """`make probe-code`'s stages on the real model, shrunk to two families of two problems at 24 tokens: the prompt,
+    the data, the evaluator, the outcome classes, the table and the json."""
+    from test_tool_smollm2 import _smollm2
+
+    from drgrpo.experiments.code_probe import ProbeSettings, run_probe
+
+    _smollm2()
+    settings = ProbeSettings(
+        output_dir=str(tmp_path / "probe"), families=("sum_plus", "list_max_plus"), num_test=2, max_new_tokens=24,
+        batch_size=2, recipe=str(ROOT / RECIPE),
+    )  # fmt: skip
+    lines: list[str] = []
+    probe = run_probe(settings, report=lines.append)
+    out = tmp_path / "probe"
+    assert json.loads((out / "probe.json").read_text()) == probe
+    assert [r["family"] for r in probe["families"]] == ["sum_plus", "list_max_plus"]
+    for result in probe["families"]:
+        assert result["samples"] == 2 and 0.0 <= result["pass@1"] <= 1.0
+        outcomes = ("no_block", "syntax_error", "all_tests", "wrong_output", "runtime_error", "timeout")
+        assert abs(sum(result[k] for k in outcomes) + result["sandbox_error"] - 1.0) < 1e-9
+    assert (out / "probe.md").read_text().count("\n| ") == 3  # header and two rows
+    assert lines[-1].startswith("| list_max_plus | ")
