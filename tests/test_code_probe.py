@@ -29,7 +29,14 @@ from drgrpo.experiments.code_families import (
     sum_plus,
     training_set,
 )
-from drgrpo.experiments.code_probe import RECIPE, exception_name, in_window, probe_recipe
+from drgrpo.experiments.code_probe import (
+    RECIPE,
+    chosen_task,
+    exception_name,
+    in_window,
+    needs_code_format,
+    probe_recipe,
+)
 from drgrpo.recipe.file import read_recipe
 from rewards import RewardArguments
 from rewards.code import NamespacesUnavailable, code_reward, parse_tests
@@ -145,6 +152,21 @@ def test_the_probe_prompts_as_training_does():
 )
 def test_window_rule(rate, expected):
     assert in_window(rate) is expected  # both ends included
+
+
+def test_the_task_is_the_family_in_the_window_nearest_its_middle():
+    def row(family, rate):
+        return {"family": family, "pass@1": rate, "in_window": in_window(rate)}
+
+    rows = [row("a", 0.68), row("b", 0.12), row("c", 0.30), row("d", 0.02)]
+    assert chosen_task(rows) == "c"  # |0.30 - 0.225| < |0.12 - 0.225|
+    assert chosen_task([row("e", 0.20), row("f", 0.25)]) == "e"  # a tie: the family probed first
+    assert chosen_task([row("a", 0.68), row("d", 0.02)]) is None  # none in the window: a second round
+
+
+def test_code_format_joins_when_answers_lack_a_block():
+    assert needs_code_format({"no_block": 0.10}) and needs_code_format({"no_block": 0.5})
+    assert not needs_code_format({"no_block": 0.08})
 
 
 def test_exception_names():

@@ -57,6 +57,26 @@ def in_window(pass_rate: float, window: tuple[float, float] = WINDOW) -> bool:
     return low <= pass_rate <= high
 
 
+def chosen_task(results: Sequence[dict]) -> str | None:
+    """The task `make code-rl` trains on, by a rule committed before the probe's first number: of the families in the
+    window, the one whose pass rate is nearest the window's middle (22.5%: room to rise, and enough right programs
+    in a group of 8 samples for the grade to teach from); a tie goes to the family probed first. None when no
+    family is in the window (then a second round, and if none again no arms are trained: issue 55)."""
+    middle = sum(WINDOW) / 2
+    inside = [r for r in results if r["in_window"]]
+    return min(inside, key=lambda r: abs(r["pass@1"] - middle))["family"] if inside else None
+
+
+NO_BLOCK_FOR_FORMAT = 0.10  # `code_format` joins the rewards when at least this share of answers has no block
+
+
+def needs_code_format(result: dict) -> bool:
+    """Whether training adds the `code_format` reward (issue 55: "if the probe shows answers without a code block"),
+    by a rule committed before the probe's first number: at least `NO_BLOCK_FOR_FORMAT` of the chosen family's
+    greedy answers hold no block to run (a cut answer whose block never closed among them)."""
+    return result["no_block"] >= NO_BLOCK_FOR_FORMAT
+
+
 def exception_name(stderr: str) -> str:
     """The exception a Python traceback ends with (`NameError` of `NameError: name 'x' is not defined`), or `exit`
     for a program that failed without one (a non-zero `sys.exit`, a signal)."""
@@ -213,7 +233,10 @@ def run_probe(settings: ProbeSettings, report: Callable[[str], None] = print) ->
         "window": list(WINDOW),
         "families": results,
         "in_window": [r["family"] for r in results if r["in_window"]],
+        "chosen": chosen_task(results),
     }
+    chosen = next((r for r in results if r["family"] == probe["chosen"]), None)
+    probe["code_format"] = needs_code_format(chosen) if chosen else None
     (out / "probe.json").write_text(json.dumps(probe, indent=2) + "\n")
     (out / "probe.md").write_text(format_table(probe) + "\n")
     return probe
@@ -252,7 +275,9 @@ def format_table(probe: dict) -> str:
         HEADER,
         "|---|---|---|---|---|---|---|---|---|---|---|",
         *(format_row(result) for result in probe["families"]),
-        f"window: {100 * WINDOW[0]:.0f}%-{100 * WINDOW[1]:.0f}%; in the window: {inside}",
+        f"window: {100 * WINDOW[0]:.0f}%-{100 * WINDOW[1]:.0f}%; in the window: {inside}; the task (nearest the "
+        f"window's middle): {probe.get('chosen') or 'none'}"
+        + (f"; code_format added: {'yes' if probe['code_format'] else 'no'}" if probe.get("chosen") else ""),
         f"{probe['machine']}; this command {probe['seconds'] / 60:.1f} min (samples saved by an earlier one are read, "
         f"not generated again), load average {probe['load_average_mean']} on the mean",
     ]
