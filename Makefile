@@ -24,7 +24,7 @@ ARGS ?=
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install check-install smollm2 demo demo-tools probe-tools tool-rl probe-code demo-tiny compare-tiny eval-demo train test test-fast lint advantages plot compare score eval eval-compare plan vllm-serve
+.PHONY: install check-install smollm2 demo demo-tools probe-tools tool-rl probe-code code-rl demo-tiny compare-tiny eval-demo train test test-fast lint advantages plot compare score eval eval-compare plan vllm-serve
 
 install: $(STAMP)
 
@@ -98,6 +98,12 @@ tool-rl: smollm2
 # its sandbox. One table; a family is in the window at a pass rate of 5%-40% (docs/code-rl.md). Resumes when rerun.
 probe-code: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/probe_code_tasks.py $(ARGS)
+
+# Code RL: the math demo's recipe with its data and rewards swapped (recipes/smollm2_135m_drgrpo_code.yaml), Dr.GRPO
+# with the sandboxed `code` reward on the probe's task, 3 seeds; held-out pass@1 (greedy) and pass@8 before -> after
+# (issue 55, docs/code-rl.md). It prints its expected time first. ARGS="--seeds 0" for one; recipe overrides after `--`.
+code-rl: smollm2
+	HF_HUB_OFFLINE=1 $(PY) scripts/code_rl.py $(ARGS)
 
 # The tiny demo (a random-weight model, seconds per stage). One torch thread unless OMP_NUM_THREADS is set: the tiny
 # model gains nothing from a second one, and two threads beside a busy core run 40x slower.
