@@ -1,10 +1,12 @@
 """`make probe-code`: which task should code RL train on? The untrained SmolLM2-135M-Instruct, greedy, on a held-out
 set of each family of small programming tasks (each problem with its own tests, run by the `code` reward in its
-sandbox); one table, and the families in issue 55's window (a pass rate of 5%-40%).
+sandbox); one table, and the families in issue 55's window (a pass rate of 5%-40%). `--round 2`: the second round's
+families (its table in DIR/probe-round2.md).
 
     python scripts/probe_code_tasks.py [--num_test 50] [--round 1 | --families sum_plus ...] [--output_dir DIR]
 
-Prepares the model first if the cache lacks it (`make smollm2`); writes DIR/probe.json, probe.md, the held-out sets
+Prepares the model first if the cache lacks it (`make smollm2`); writes DIR/probe.json, probe.md (a later round:
+probe-roundN.json, .md), the held-out sets
 (data/), the prompt (prompt.yaml: the training recipe's) and every sample (eval/). An interrupted probe resumes: rerun
 the same command. DIR: outputs/probe-code by default. drgrpo/experiments/code_families.py names the families and why
 each; docs/code-rl.md has the results.
@@ -46,6 +48,7 @@ def main() -> None:
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
         overwrite=args.overwrite,
+        name=f"probe-round{args.round}" if args.round and args.round > 1 else "probe",
     )
     print(format_table(run_probe(settings)))
 

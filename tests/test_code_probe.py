@@ -18,19 +18,26 @@ from drgrpo.experiments.code_families import (
     FAMILIES,
     TESTS_PER_PROBLEM,
     count_letters,
+    count_letters_fn,
     digit_sum_times,
+    digit_sum_times_fn,
     fizz_word,
+    fizz_word_fn,
     held_out_set,
     larger_times,
+    larger_times_fn,
     list_max_plus,
     matches_kind,
     problem,
     reverse_replace,
+    reverse_replace_fn,
     sum_plus,
+    sum_plus_fn,
     training_set,
 )
 from drgrpo.experiments.code_probe import (
     RECIPE,
+    ROUNDS,
     chosen_task,
     exception_name,
     in_window,
@@ -70,6 +77,37 @@ def test_answers_by_hand():
     p = reverse_replace("a", "z", rng)
     assert all(out == inp.strip()[::-1].replace("a", "z") + "\n" for inp, out in _cases(p))
     assert "Print the line reversed, with every letter a replaced by z." in p.question
+
+
+def test_the_second_round_asks_the_same_computations_as_calls():
+    rng = random.Random(0)
+    p = sum_plus_fn(7, rng)
+    assert (
+        p.tests["fn_name"] == "total" and "total(numbers) that returns the sum of the list numbers plus 7" in p.question
+    )
+    assert all(out == sum(args[0]) + 7 for args, out in zip(p.tests["inputs"], p.tests["outputs"], strict=True))
+    p = larger_times_fn(3, rng)
+    assert [a == b for a, b in p.tests["inputs"]].count(True) >= 1  # a tie
+    assert all(out == 3 * max(args) for args, out in zip(p.tests["inputs"], p.tests["outputs"], strict=True))
+    p = digit_sum_times_fn(4, rng)
+    assert all(
+        out == 4 * sum(map(int, str(a[0]))) for a, out in zip(p.tests["inputs"], p.tests["outputs"], strict=True)
+    )
+    p = count_letters_fn("xyz", rng)
+    assert all(
+        out == sum(c in "xyz" for c in a[0]) for a, out in zip(p.tests["inputs"], p.tests["outputs"], strict=True)
+    )
+    assert fizz_word_fn(3, "Pop", rng).tests["outputs"][-1][:4] == [1, 2, "Pop", 4]  # the last test reaches 3
+    p = reverse_replace_fn("a", "z", rng)
+    assert all(
+        out == a[0][::-1].replace("a", "z") for a, out in zip(p.tests["inputs"], p.tests["outputs"], strict=True)
+    )
+
+
+def test_the_rounds_name_every_family_once():
+    named = [family for families in ROUNDS.values() for family in families]
+    assert sorted(named) == sorted(FAMILIES) and len(named) == len(set(named))
+    assert all(name + "_fn" in ROUNDS[1] or name in ROUNDS[1] for name in (f.removesuffix("_fn") for f in ROUNDS[2]))
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -18,6 +18,9 @@ The families, and why each (the issue's examples, each made a family by a parame
   whose output has n lines;
 - `reverse_replace`: a line reversed with one letter replaced by another: two string operations.
 
+The second round (`ROUND_2`, chosen after the first round's table, before any training) asks the same computations as
+function calls (`sum_plus_fn`: `total(numbers)` returning the sum plus K, ...; see the section below).
+
 Every statement ends with the shipped task set's instruction (`rewards.code.taskset`): "Write a Python program. Put it
 in one ```python code block." (the function family: "Write the Python function. ..."). `kind_markers` say what marks
 a statement of a family's kind, so that the prompt's one worked example can be checked to be of none of them.
@@ -179,6 +182,80 @@ def reverse_replace(old: str, new: str, rng: random.Random) -> CodeProblem:
     )
 
 
+# --- The second round (issue 55: no family of the first fell in the window; chosen after its table, before any
+# training): the first round's computations as functions. The first round's only family above the window was its
+# function call (`list_max_plus`, 100%), every program reading standard input scored 0-2%, and most of those computed
+# something near the task and printed it with words around it or read the input wrong: these ask the same
+# computations as calls, between the two. ---
+
+
+def _call_problem(family: str, params: tuple, signature: str, asks: str, args: list[list], oracle, body: str):
+    """A function-call problem: `def signature` returning what `asks` says, tested on `args` (each an argument
+    list) against `oracle(*args)`; `body` is the reference's return expression."""
+    name = signature.split("(", 1)[0]
+    return CodeProblem(
+        family,
+        params,
+        f"Write a Python function {signature} that returns {asks}.\n{CALL_INSTRUCTION}",
+        {"inputs": args, "outputs": [oracle(*a) for a in args], "fn_name": name},
+        f"def {signature}:\n    return {body}\n",
+    )
+
+
+def sum_plus_fn(k: int, rng: random.Random) -> CodeProblem:
+    args = [[[rng.randint(-50, 99) for _ in range(rng.randint(1, 6))]] for _ in range(TESTS_PER_PROBLEM)]
+    return _call_problem(
+        "sum_plus_fn", (k,), "total(numbers)", f"the sum of the list numbers plus {k}", args,
+        lambda xs: sum(xs) + k, f"sum(numbers) + {k}",
+    )  # fmt: skip
+
+
+def larger_times_fn(k: int, rng: random.Random) -> CodeProblem:
+    tie = rng.randint(-99, 99)
+    args = [[rng.randint(-99, 99), rng.randint(-99, 99)] for _ in range(TESTS_PER_PROBLEM - 1)] + [[tie, tie]]
+    return _call_problem(
+        "larger_times_fn", (k,), "larger(a, b)", f"the larger of the integers a and b times {k}", args,
+        lambda a, b: max(a, b) * k, f"max(a, b) * {k}",
+    )  # fmt: skip
+
+
+def digit_sum_times_fn(k: int, rng: random.Random) -> CodeProblem:
+    args = [[rng.randint(1, 10 ** rng.randint(1, 12))] for _ in range(TESTS_PER_PROBLEM)]
+    return _call_problem(
+        "digit_sum_times_fn", (k,), "digit_score(n)", f"the sum of the digits of the positive integer n times {k}",
+        args, lambda n: sum(int(d) for d in str(n)) * k, f"sum(int(d) for d in str(n)) * {k}",
+    )  # fmt: skip
+
+
+def count_letters_fn(letters: str, rng: random.Random) -> CodeProblem:
+    a, b, c = letters
+    args = [[_text_line(rng, letters)] for _ in range(TESTS_PER_PROBLEM)]
+    return _call_problem(
+        "count_letters_fn", (letters,), "count_letters(text)",
+        f"how many characters of the string text are the letter {a}, {b} or {c}", args,
+        lambda t: sum(t.count(letter) for letter in letters), f"sum(ch in {letters!r} for ch in text)",
+    )  # fmt: skip
+
+
+def fizz_word_fn(k: int, word: str, rng: random.Random) -> CodeProblem:
+    args = [[rng.randint(1, 25)] for _ in range(TESTS_PER_PROBLEM - 1)] + [[rng.randint(k, 25)]]
+    return _call_problem(
+        "fizz_word_fn", (k, word), "fizz(n)",
+        f"the list of the numbers from 1 to n, with the string {word!r} instead of each multiple of {k}", args,
+        lambda n: [word if i % k == 0 else i for i in range(1, n + 1)],
+        f"[{word!r} if i % {k} == 0 else i for i in range(1, n + 1)]",
+    )  # fmt: skip
+
+
+def reverse_replace_fn(old: str, new: str, rng: random.Random) -> CodeProblem:
+    args = [[_text_line(rng, old)] for _ in range(TESTS_PER_PROBLEM)]
+    return _call_problem(
+        "reverse_replace_fn", (old, new), "flip(text)",
+        f"the string text reversed, with every letter {old} replaced by {new}", args,
+        lambda t: "".join(new if ch == old else ch for ch in reversed(t)), f"text[::-1].replace({old!r}, {new!r})",
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class CodeFamily:
     """A family: its builder, every parameter tuple it takes, and what marks a statement of its kind."""
@@ -210,8 +287,41 @@ FAMILIES = {
             tuple(permutations(string.ascii_lowercase, 2)),
             (r"\brevers", r"\breplace", r"\[::-1\]"),
         ),
+        CodeFamily("sum_plus_fn", sum_plus_fn, tuple((k,) for k in range(1, 1000)), (r"\bsum\b", r"\bplus\b")),
+        CodeFamily("larger_times_fn", larger_times_fn, tuple((k,) for k in range(2, 1000)), (r"\blarger\b", r"\bmax")),
+        CodeFamily("digit_sum_times_fn", digit_sum_times_fn, tuple((k,) for k in range(2, 1000)), (r"\bdigits?\b",)),
+        CodeFamily("count_letters_fn", count_letters_fn, LETTER_TRIPLES, (r"\bhow many\b", r"\bcount")),
+        CodeFamily(
+            "fizz_word_fn",
+            fizz_word_fn,
+            tuple((k, word) for k in range(2, 10) for word in WORDS),
+            (r"\bmultiples?\b", r"\bfizz", r"\bbuzz"),
+        ),
+        CodeFamily(
+            "reverse_replace_fn",
+            reverse_replace_fn,
+            tuple(permutations(string.ascii_lowercase, 2)),
+            (r"\brevers", r"\breplace", r"\[::-1\]"),
+        ),
     )
 }
+ROUND_1 = (
+    "sum_plus",
+    "larger_times",
+    "count_letters",
+    "digit_sum_times",
+    "list_max_plus",
+    "fizz_word",
+    "reverse_replace",
+)
+ROUND_2 = (
+    "sum_plus_fn",
+    "larger_times_fn",
+    "count_letters_fn",
+    "digit_sum_times_fn",
+    "fizz_word_fn",
+    "reverse_replace_fn",
+)
 
 
 def problem(family: str, params: tuple) -> CodeProblem:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from drgrpo.experiments.code_families import FAMILIES, held_out_set
+from drgrpo.experiments.code_families import ROUND_1, ROUND_2, held_out_set
 from drgrpo.experiments.load import LoadSampler
 from drgrpo.experiments.smollm2_demo import MODEL
 from drgrpo.observe.code_metrics import answer_counts, shares
@@ -38,7 +38,9 @@ from drgrpo.observe.metric_names import CODE_PREFIX
 WINDOW = (0.05, 0.40)  # the untrained model's held-out pass rate must lie in it (both ends included)
 RECIPE = "recipes/smollm2_135m_drgrpo_code.yaml"  # its prompt and code keys are the probe's
 PROMPT_KEYS = ("prompt_template", "system_prompt", "chat_template_kwargs", "chat_examples", "extra_eos_tokens")
-ROUNDS = {1: tuple(FAMILIES)}  # the probe's rounds (docs/code-rl.md)
+# The probe's rounds (docs/code-rl.md): the second chosen after the first's table (no family in the window), before
+# any training.
+ROUNDS = {1: ROUND_1, 2: ROUND_2}
 
 
 def probe_recipe(base: dict) -> dict:
@@ -146,6 +148,7 @@ class ProbeSettings:
     max_new_tokens: int = 128  # a program of these tasks is 10-40 tokens; the rest is room for the model's prose
     batch_size: int = 50
     overwrite: bool = False  # resume an interrupted probe (greedy samples are a function of the problem) unless set
+    name: str = "probe"  # its table's files: NAME.json and NAME.md (a later round's beside the first's)
 
 
 def held_out_results(
@@ -203,8 +206,8 @@ def write_problems(path: Path, problems: Sequence) -> Path:
 
 
 def run_probe(settings: ProbeSettings, report: Callable[[str], None] = print) -> dict:
-    """Every family's held-out set evaluated, `probe.json` and `probe.md` under `output_dir`; each family's row is
-    reported as it finishes."""
+    """Every family's held-out set evaluated, `NAME.json` and `NAME.md` under `output_dir` (`settings.name`); each
+    family's row is reported as it finishes."""
     from drgrpo.experiments.bias.experiment import machine_facts  # torch and TRL: imported when the probe runs
     from drgrpo.recipe.file import read_recipe
 
@@ -237,8 +240,8 @@ def run_probe(settings: ProbeSettings, report: Callable[[str], None] = print) ->
     }
     chosen = next((r for r in results if r["family"] == probe["chosen"]), None)
     probe["code_format"] = needs_code_format(chosen) if chosen else None
-    (out / "probe.json").write_text(json.dumps(probe, indent=2) + "\n")
-    (out / "probe.md").write_text(format_table(probe) + "\n")
+    (out / f"{settings.name}.json").write_text(json.dumps(probe, indent=2) + "\n")
+    (out / f"{settings.name}.md").write_text(format_table(probe) + "\n")
     return probe
 
 
