@@ -47,7 +47,8 @@ def test_notes_and_lengths():
 @pytest.fixture(scope="module")
 def reward():
     try:
-        return code_reward(RewardArguments(code_timeout=1.0, code_num_workers=2))
+        # 3 CPU seconds (6 s of wall): the endless loop uses them up, the others need milliseconds on a loaded machine.
+        return code_reward(RewardArguments(code_timeout=3.0, code_num_workers=2))
     except NamespacesUnavailable as exc:
         skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
 

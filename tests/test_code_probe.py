@@ -143,7 +143,8 @@ def test_a_family_has_too_few_problems_for_a_larger_set():
 @pytest.fixture(scope="module")
 def sandbox_reward():
     try:
-        return code_reward(RewardArguments(code_timeout=2.0, code_num_workers=2, code_scoring="all"))
+        # A generous limit: the references take milliseconds, and a loaded machine must not make them time out.
+        return code_reward(RewardArguments(code_timeout=10.0, code_num_workers=2, code_scoring="all"))
     except NamespacesUnavailable as exc:
         skip_unless_required("namespaces", f"no namespaces on this kernel: {exc}")
 

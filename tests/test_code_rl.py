@@ -111,6 +111,16 @@ def test_the_samples_are_the_first_held_out_problems_before_and_after(tmp_path):
     assert f"**q1**\n{before}\n\n{after}" in text
 
 
+def test_make_code_rl_without_a_task_stops_in_one_line(run_script):
+    """The probe chose no task (docs/code-rl.md): `make code-rl` says so and how to name one, before any work."""
+    if TASK is not None:
+        pytest.skip(f"the probe chose {TASK}")
+    result = run_script("scripts/code_rl.py", "--seeds", "0")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr
+    assert "no task: the probe found no family in its window" in lines[0] and 'ARGS="--task ' in lines[0]
+
+
 @pytest.mark.slow
 def test_make_code_rl_end_to_end_on_smollm2_in_miniature(tmp_path):
     """`make code-rl`'s stages on the real model, shrunk to one step of one seed on 2 held-out problems: the
