@@ -41,9 +41,8 @@ def code_batch_metrics(
         return {}
     start = trainer.accelerator.process_index * local
     scores = [None if math.isnan(v) else v for v in rewards_per_func[start : start + local, index].tolist()]
-    language = getattr(getattr(reward, "func", None), "settings", None)
-    language = getattr(language, "code_language", "python")
-    programs = [extract_program(completion_text(c), language) for c in completions]
+    settings = getattr(getattr(reward, "func", None), "settings", None)  # the CodeReward's own (code_language)
+    programs = [extract_program(completion_text(c), getattr(settings, "code_language", "python")) for c in completions]
     counts = answer_counts(programs, scores, report.details)
     device = rewards_per_func.device
     summed = trainer.accelerator.gather(torch.tensor([counts_vector(counts)], device=device)).sum(dim=0).tolist()
