@@ -43,6 +43,7 @@ from drgrpo.experiments.code_probe import (
     in_window,
     needs_code_format,
     probe_recipe,
+    program_outcomes,
 )
 from drgrpo.recipe.file import read_recipe
 from rewards import RewardArguments
@@ -159,6 +160,22 @@ def test_the_references_pass_their_tests_and_a_near_miss_does_not(family, sandbo
     assert sandbox_reward(texts, report=RewardReport(8), verification_info=tests) == [1.0] * 8
     shifted = sandbox_reward(texts[1:] + texts[:1], report=RewardReport(8), verification_info=tests)
     assert shifted == [0.0] * 8
+
+
+def test_the_probes_outcomes_name_each_runtime_error_and_count_syntax_errors_apart(sandbox_reward):
+    """`program_outcomes` on four answers to one problem: the shares of the outcome classes, and the exception of
+    the runtime error alone (a program that does not compile is a syntax error, whatever the sandbox raised)."""
+    p = sum_plus(3, random.Random(0))
+    answers = [
+        as_completion(p.reference),
+        as_completion("print(sum(map(int, input().split()) + 3)\n"),  # does not compile
+        as_completion("print(undefined + 3)\n"),  # NameError
+        "no block at all",
+    ]
+    rows = [{"completion": a, "gold": json.dumps(p.tests), "num_tokens": 10} for a in answers]
+    result = program_outcomes(rows, {"code_timeout": 10.0, "code_num_workers": 2})
+    assert (result["all_tests"], result["syntax_error"], result["runtime_error"], result["no_block"]) == (0.25,) * 4
+    assert result["exceptions"] == {"NameError": 1} and result["block"] == 0.75 and result["program_lines"] == 1.0
 
 
 def test_the_one_shot_example_is_of_no_family_kind_and_runs_as_written():

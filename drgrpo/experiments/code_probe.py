@@ -32,7 +32,7 @@ import yaml
 from drgrpo.experiments.code_families import ROUND_1, ROUND_2, held_out_set
 from drgrpo.experiments.load import LoadSampler
 from drgrpo.experiments.smollm2_demo import MODEL
-from drgrpo.observe.code_metrics import answer_counts, shares
+from drgrpo.observe.code_metrics import answer_counts, answer_outcome, shares
 from drgrpo.observe.metric_names import CODE_PREFIX
 
 WINDOW = (0.05, 0.40)  # the untrained model's held-out pass rate must lie in it (both ends included)
@@ -127,7 +127,7 @@ def program_outcomes(rows: Sequence[dict], recipe: dict) -> dict:
     crashed = [
         (program, value)
         for program, value, detail in zip(programs, tests, report.details, strict=True)
-        if program is not None and re.search(r"\(first: (crash|output_limit)\)", detail or "")
+        if answer_outcome(program, 0.0, detail) == "runtime_error"  # a program that does not compile is a syntax error
     ]
     errors = exception_names(reward, [p for p, _ in crashed], [t for _, t in crashed]) if crashed else Counter()
     result["exceptions"] = dict(errors.most_common())
