@@ -33,6 +33,10 @@ def main() -> None:
     parser.add_argument("--max_new_tokens", type=int, default=ProbeSettings.max_new_tokens, help="tokens per answer")
     parser.add_argument("--batch_size", type=int, default=ProbeSettings.batch_size, help="samples per engine call")
     parser.add_argument("--overwrite", action="store_true", help="start over instead of resuming an earlier probe")
+    parser.add_argument(
+        "--sampled", type=int, default=0, help="also N samples per problem at the recipe's temperature (descriptive)"
+    )
+    parser.add_argument("--name", default=None, help="the table's files, NAME.json and NAME.md (default: the round's)")
     args = parser.parse_args()
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     from drgrpo.experiments.code_probe import format_table, run_probe
@@ -48,7 +52,8 @@ def main() -> None:
         max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size,
         overwrite=args.overwrite,
-        name=f"probe-round{args.round}" if args.round and args.round > 1 else "probe",
+        name=args.name or (f"probe-round{args.round}" if args.round and args.round > 1 else "probe"),
+        sampled=args.sampled,
     )
     print(format_table(run_probe(settings)))
 

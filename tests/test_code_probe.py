@@ -44,6 +44,7 @@ from drgrpo.experiments.code_probe import (
     needs_code_format,
     probe_recipe,
     program_outcomes,
+    sampled_signal,
 )
 from drgrpo.recipe.file import read_recipe
 from rewards import RewardArguments
@@ -178,6 +179,21 @@ def test_the_probes_outcomes_name_each_runtime_error_and_count_syntax_errors_apa
     assert result["exceptions"] == {"NameError": 1} and result["block"] == 0.75 and result["program_lines"] == 1.0
 
 
+def test_sampled_answers_as_groups(sandbox_reward):
+    """`sampled_signal`: each problem's samples a group scored by the code reward (a cut answer 0): the mean reward,
+    the groups whose rewards differ, the groups with a full pass."""
+    p, q = sum_plus(3, random.Random(0)), sum_plus(4, random.Random(0))
+    right, wrong = as_completion(p.reference), as_completion("print(0)\n")
+
+    def row(problem, index, text, truncated=False):
+        return {"problem_index": index, "completion": text, "gold": json.dumps(problem.tests), "truncated": truncated}
+
+    rows = [row(p, 0, right), row(p, 0, wrong), row(q, 1, right), row(q, 1, as_completion(q.reference), True)]
+    signal = sampled_signal(rows, {"code_timeout": 10.0, "code_num_workers": 2})
+    # p: 1.0 and 0.0 (signal, a full pass); q: p's program fails q's tests (0.0), q's own is cut (0.0): no signal.
+    assert signal == {"mean_reward": 0.25, "groups_with_signal": 0.5, "groups_with_a_full_pass": 0.5}
+
+
 def test_the_one_shot_example_is_of_no_family_kind_and_runs_as_written():
     base = read_recipe(ROOT / RECIPE)
     [example] = base["chat_examples"]
@@ -245,7 +261,7 @@ def test_make_probe_code_end_to_end_in_miniature(tmp_path):
     _smollm2()
     settings = ProbeSettings(
         output_dir=str(tmp_path / "probe"), families=("sum_plus", "list_max_plus"), num_test=2, max_new_tokens=24,
-        batch_size=2, recipe=str(ROOT / RECIPE),
+        batch_size=2, recipe=str(ROOT / RECIPE), sampled=2, sampled_batch_size=4,
     )  # fmt: skip
     lines: list[str] = []
     probe = run_probe(settings, report=lines.append)
@@ -254,7 +270,9 @@ def test_make_probe_code_end_to_end_in_miniature(tmp_path):
     assert [r["family"] for r in probe["families"]] == ["sum_plus", "list_max_plus"]
     for result in probe["families"]:
         assert result["samples"] == 2 and 0.0 <= result["pass@1"] <= 1.0
+        assert result["sampled"]["samples"] == 4 and 0.0 <= result["sampled"]["pass@2"] <= 1.0
+        assert result["sampled"]["temperature"] == read_recipe(ROOT / RECIPE)["temperature"]
         outcomes = ("no_block", "syntax_error", "all_tests", "wrong_output", "runtime_error", "timeout")
         assert abs(sum(result[k] for k in outcomes) + result["sandbox_error"] - 1.0) < 1e-9
-    assert (out / "probe.md").read_text().count("\n| ") == 3  # header and two rows
+    assert (out / "probe.md").read_text().count("\n| ") == 6  # two tables: a header and two rows each
     assert lines[-1].startswith("| list_max_plus | ")

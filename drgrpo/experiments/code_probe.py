@@ -149,6 +149,8 @@ class ProbeSettings:
     batch_size: int = 50
     overwrite: bool = False  # resume an interrupted probe (greedy samples are a function of the problem) unless set
     name: str = "probe"  # its table's files: NAME.json and NAME.md (a later round's beside the first's)
+    sampled: int = 0  # also this many samples per problem at the recipe's temperature (0: greedy only)
+    sampled_batch_size: int = 200
 
 
 def held_out_results(
@@ -188,14 +190,49 @@ def held_out_results(
 
 
 def evaluate_family(settings: ProbeSettings, family: str, prompt: Path, data: Path) -> dict:
-    """Greedy held-out evaluation of `family` by the project's evaluator, and what its programs did."""
+    """Greedy held-out evaluation of `family` by the project's evaluator, and what its programs did; with
+    `settings.sampled`, also that many samples per problem at the training temperature (`sampled_signal`)."""
     out = Path(settings.output_dir) / "eval" / family
     result = {"family": family, "problems": settings.num_test}
     result |= held_out_results(
         settings.model, data, prompt, out, settings.max_new_tokens, settings.batch_size, settings.overwrite
     )
     result["in_window"] = in_window(result["pass@1"])
+    if settings.sampled:
+        from drgrpo.evaluation.saved_samples import read_samples
+        from drgrpo.recipe.file import read_recipe
+
+        folder = Path(settings.output_dir) / "eval-sampled" / family
+        n, temperature = settings.sampled, float(read_recipe(settings.recipe).get("temperature", 1.0))
+        sampled = held_out_results(
+            settings.model, data, prompt, folder, settings.max_new_tokens, settings.sampled_batch_size,
+            settings.overwrite, n=n, temperature=temperature,
+        )  # fmt: skip
+        rows = read_samples(folder / "samples.jsonl")
+        result["sampled"] = sampled | {"n": n, "temperature": temperature} | sampled_signal(rows, read_recipe(prompt))
     return result
+
+
+def sampled_signal(rows: Sequence[dict], recipe: dict) -> dict:
+    """What a Dr.GRPO step would see in these samples, the problem's samples as its group: the `code` reward of each
+    (the share of tests passed; a truncated answer 0, as `zero_reward_for_truncated` scores it), its mean, the groups
+    whose rewards are not all equal (a step learns from these alone) and the groups with an answer passing every
+    test. Descriptive: the window is decided on greedy pass@1."""
+    from rewards.report import RewardReport
+
+    reward = _reward(recipe)
+    scores = reward(
+        [r["completion"] for r in rows], report=RewardReport(len(rows)), verification_info=[r["gold"] for r in rows]
+    )
+    groups: dict[int, list[float]] = {}
+    for row, score in zip(rows, scores, strict=True):
+        groups.setdefault(row["problem_index"], []).append(0.0 if row["truncated"] else score or 0.0)
+    values = [v for group in groups.values() for v in group]
+    return {
+        "mean_reward": sum(values) / max(1, len(values)),
+        "groups_with_signal": sum(len(set(group)) > 1 for group in groups.values()) / max(1, len(groups)),
+        "groups_with_a_full_pass": sum(1.0 in group for group in groups.values()) / max(1, len(groups)),
+    }
 
 
 def write_problems(path: Path, problems: Sequence) -> Path:
@@ -245,9 +282,9 @@ def run_probe(settings: ProbeSettings, report: Callable[[str], None] = print) ->
     return probe
 
 
-def percent(value: float | None) -> str:
-    """A share (0-1) as a whole percentage; "-" for None or NaN (nothing to measure)."""
-    return "-" if value is None or value != value else f"{100 * value:.0f}%"
+def percent(value: float | None, decimals: int = 0) -> str:
+    """A share (0-1) as a percentage, whole by default; "-" for None or NaN (nothing to measure)."""
+    return "-" if value is None or value != value else f"{100 * value:.{decimals}f}%"
 
 
 HEADER = (
@@ -269,6 +306,30 @@ def format_row(result: dict) -> str:
     )
 
 
+def sampled_lines(results: Sequence[dict]) -> list[str]:
+    """The sampled evaluation's table, for the families that have one (none: no lines)."""
+    rows = [r for r in results if r.get("sampled")]
+    if not rows:
+        return []
+    n, temperature = rows[0]["sampled"]["n"], rows[0]["sampled"]["temperature"]
+    lines = [
+        "",
+        f"{n} samples per problem at temperature {temperature:g}, each problem's {n} a group (descriptive: the window "
+        "reads greedy pass@1)",
+        f"| family | pass@1 sampled | pass@{n} | truncated | mean code reward | groups with signal | groups with a "
+        "full pass |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sampled = r["sampled"]
+        lines.append(
+            f"| {r['family']} | {percent(sampled['pass@1'], 1)} | {percent(sampled[f'pass@{n}'])} | "
+            f"{percent(sampled['truncated'])} | {sampled['mean_reward']:.3f} | "
+            f"{percent(sampled['groups_with_signal'])} | {percent(sampled['groups_with_a_full_pass'])} |"
+        )
+    return lines
+
+
 def format_table(probe: dict) -> str:
     """The probe's table and the lines around it."""
     inside = ", ".join(probe["in_window"]) or "none"
@@ -278,6 +339,7 @@ def format_table(probe: dict) -> str:
         HEADER,
         "|---|---|---|---|---|---|---|---|---|---|---|",
         *(format_row(result) for result in probe["families"]),
+        *sampled_lines(probe["families"]),
         f"window: {100 * WINDOW[0]:.0f}%-{100 * WINDOW[1]:.0f}%; in the window: {inside}; the task (nearest the "
         f"window's middle): {probe.get('chosen') or 'none'}"
         + (f"; code_format added: {'yes' if probe['code_format'] else 'no'}" if probe.get("chosen") else ""),
