@@ -95,13 +95,15 @@ tool-rl: smollm2
 
 # The task code RL trains on, chosen before any training (issue 55): the untrained SmolLM2, greedy, on 50 held-out
 # problems of each of seven families of small programs, each problem with its own tests, run by the `code` reward in
-# its sandbox. One table; a family is in the window at a pass rate of 5%-40% (docs/code-rl.md). Resumes when rerun.
+# its sandbox (ARGS="--round 2": the second round's six). One table; a family is in the window at a pass rate of
+# 5%-40% (docs/code-rl.md: none was, in either round). Resumes when rerun.
 probe-code: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/probe_code_tasks.py $(ARGS)
 
 # Code RL: the math demo's recipe with its data and rewards swapped (recipes/smollm2_135m_drgrpo_code.yaml), Dr.GRPO
-# with the sandboxed `code` reward on the probe's task, 3 seeds; held-out pass@1 (greedy) and pass@8 before -> after
-# (issue 55, docs/code-rl.md). It prints its expected time first. ARGS="--seeds 0" for one; recipe overrides after `--`.
+# with the sandboxed `code` reward on a probe family, 3 seeds; held-out pass@1 (greedy) and pass@8 before -> after
+# (issue 55, docs/code-rl.md). The probe chose no task, so it stops in one line unless ARGS="--task NAME" names one;
+# it prints what is known of its time first. ARGS="--seeds 0" for one seed; recipe overrides after `--`.
 code-rl: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/code_rl.py $(ARGS)
 
