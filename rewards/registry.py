@@ -23,6 +23,7 @@ import logging
 import math
 import numbers
 import os
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -160,6 +161,7 @@ class SafeReward:
         self.call_timeout = call_timeout
         self.calls = 0
         self.last_report: RewardReport | None = None
+        self.last_seconds: float | None = None  # wall time of the last call (the code reward's sandbox throughput)
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:
@@ -175,6 +177,7 @@ class SafeReward:
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         size = len(completions)
         report = RewardReport(size)
+        start = time.perf_counter()
         if self.builtin:
             texts = [completion_text(c) for c in completions]
             scores = self.func(texts, report=report, **kwargs)
@@ -186,6 +189,7 @@ class SafeReward:
                 checked[i] = None
         self.calls += 1
         self.last_report = report
+        self.last_seconds = time.perf_counter() - start
         self._log(kwargs.get("log_metric"), report)
         return checked
 

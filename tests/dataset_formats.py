@@ -89,6 +89,14 @@ def tool_rl_row(i: int) -> Row:
     return square_sum_problem(1000 + 97 * i, 2000 + 13 * i).row()
 
 
+def code_rl_row(i: int) -> Row:
+    """`make code-rl`'s task file (outputs/code-rl/data/train.jsonl): a problem of a probe family with its tests (the
+    probe chose none: docs/code-rl.md; this family is the nearest its window)."""
+    from drgrpo.experiments.code_families import problem
+
+    return problem("digit_sum_times_fn", (2 + i,)).row()
+
+
 def verifiable_coding_row(i: int) -> Row:
     """open-r1/verifiable-coding-problems-python(-10k): source, task_type, in_source_id, problem,
     gold_standard_solution, problem_id, metadata, verification_info (a struct: language, test_cases of {type, input,
@@ -136,6 +144,7 @@ FORMATS: dict[str, Callable[[int], Row]] = {
     "outputs/bias/data/train.jsonl": addition_row,  # `make bias` writes the same question/answer columns
     "outputs/demo-tools/data/train.jsonl": product_row,  # `make demo-tools` (SmolLM2 with the Python tool)
     "outputs/tool-rl/data/train.jsonl": tool_rl_row,  # `make tool-rl` (the probe's task, issue 45)
+    "outputs/code-rl/data/train.jsonl": code_rl_row,  # `make code-rl` (a probe family, issue 55)
     "outputs/bias-real/data/train.jsonl": chat_addition_row,  # `make bias-real`: the demo's chat additions
     "open-r1/verifiable-coding-problems-python-10k": verifiable_coding_row,
     "rewards/code/tasks/code_tasks.jsonl": code_task_row,

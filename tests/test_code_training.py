@@ -86,6 +86,10 @@ def test_a_tiny_code_run_completes(tiny_model_path, tmp_path):
         assert entry["rewards/code/unusable_tests"] == 0.0
         assert entry["rewards/code/sandbox_errors"] == 0.0
         assert 0.0 <= entry["rewards/code/no_code"] <= 8.0
+        # What the programs did (drgrpo/algorithm/code_logs.py), every answer in one outcome.
+        assert entry["diag/code/no_block"] == 1.0 - entry["diag/code/block"]
+        assert entry["diag/code/test_runs"] == 6 * round(8 * entry["diag/code/block"])  # 6 tests a problem, all run
+        assert entry["diag/code/programs_per_second"] >= 0.0
 
 
 def test_kept_columns_of_a_mixture_become_json_strings(tmp_path):

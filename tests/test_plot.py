@@ -28,6 +28,12 @@ TOOL_PANELS = [
     "Python tool: how answers ended",
     "Python tool: model vs tool tokens",
 ]
+CODE_PANELS = [
+    "Programs (code reward): what they do",
+    "Programs (code reward): the first failure",
+    "Programs (code reward): length",
+    "Sandbox throughput (code reward)",
+]
 # What a run without a KL and without the tool logs (fake_history): every panel but those four.
 PLAIN_PANELS = [
     "Reward and pass rate",
@@ -138,6 +144,7 @@ def test_plot_script_draws_only_the_panels_the_runs_logged(tmp_path, run_script)
         f"wrote {output}: 7 panels",
         "not drawn, no run logged it: KL to the reference (beta = 0 and kl_in_reward_coef = 0: no KL)",
         f"not drawn, no run logged them: {'; '.join(TOOL_PANELS)} (python_tool: false)",
+        f"not drawn, no run logged them: {'; '.join(CODE_PANELS)} (no code reward)",
     ]
 
     missing = run_script("scripts/plot.py", str(tmp_path / "nothing"), "--output", str(output))
@@ -191,8 +198,15 @@ def test_a_run_without_the_tool_gets_no_empty_panel_and_a_tool_run_gets_the_tool
         list(compared) == list(drawn) and compared["Entropy"] == 2 and compared["Python tool: how answers ended"] == 4
     )
     assert absent_notes({"tool": tool, "plain": plain}) == [
-        f"plain: no curve in KL to the reference; {'; '.join(TOOL_PANELS)} (not logged)"
+        f"not drawn, no run logged them: {'; '.join(CODE_PANELS)} (no code reward)",
+        f"plain: no curve in KL to the reference; {'; '.join(TOOL_PANELS)} (not logged)",
     ]
+    # A run rewarded by `code` gets the four code panels, each with its curves.
+    code_keys = [key for panel in PANELS if panel.title in CODE_PANELS for key, _ in panel.series]
+    code = [entry | dict.fromkeys(code_keys, 0.25) for entry in fake_history(8, 0.05, 3.0)[:-1]]
+    plot_runs({"code": code}, tmp_path / "code.png")
+    drawn = panels_of(saved_figures[-1])
+    assert list(drawn) == PLAIN_PANELS + CODE_PANELS and drawn["Programs (code reward): the first failure"] == 4
     with pytest.raises(ValueError, match=r"Nothing to plot: no run \(empty\) logged reward, diag/pass_rate or another"):
         plot_runs({"empty": [{"step": 1, "train_runtime": 1.0}]}, tmp_path / "empty.png")
 

@@ -20,6 +20,7 @@ Modules, each importing only the ones listed before it:
 - `padding`: completions sorted by length (or grouped by prompt) within an optimizer step, micro-batches cut short;
 - `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the prompt, the LM head on CPU);
 - `sampler_correction`: TRL's importance-sampling weight pi_learner / pi_sampler for the engine's samples;
+- `code_logs`: the `diag/code/` metrics of a batch rewarded by `code` (what the programs did), over every rank;
 - `console_table`: TRL's console completions table given text with its control characters escaped;
 - `checkpoint_save`: checkpoints staged, fsynced and renamed into place (whole or absent); a full disk in one line;
 - `finite_steps`: a step with a non-finite loss or gradient norm stops the run before it is saved;

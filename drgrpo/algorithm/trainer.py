@@ -24,6 +24,7 @@ from drgrpo.algorithm.advantages import (
     truncated_completions,
 )
 from drgrpo.algorithm.checkpoint_save import StagedCheckpoints
+from drgrpo.algorithm.code_logs import code_batch_metrics, code_reward_index
 from drgrpo.algorithm.config import DrGRPOConfig
 from drgrpo.algorithm.console_table import escaped_console_table
 from drgrpo.algorithm.dynamic_sampling import DynamicSampler
@@ -136,6 +137,10 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
             completions = model_completions(completions, [x[MODEL_TEXT] for x in inputs])
             reward_ids = [x[MODEL_IDS] for x in inputs]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, reward_ids)
+        if (index := code_reward_index(self.reward_func_names)) is not None:  # what the programs did (diag/code/)
+            mode = "train" if self.model.training else "eval"
+            for name, value in code_batch_metrics(self, index, completions, rewards_per_func).items():
+                self._metrics[mode][name].append(value)
         if self._truncated_scores is not None:
             stop_token_ids = [*self.eos_token_ids, self._tokenizer.pad_token_id]
             truncated = truncated_completions(completion_ids_list, stop_token_ids).to(rewards_per_func.device)

@@ -19,5 +19,8 @@ Modules, each importing only the ones listed before it:
   start;
 - `bias`: `make bias` and `make bias-real`: what Dr.GRPO fixes, measured (a subpackage);
 - `tool_probe`: `make probe-tools`: task families for tool-integrated RL, the untrained SmolLM2 at B=4 and B=0 on each;
-- `tool_rl`: `make tool-rl`: tool-integrated vs text-only Dr.GRPO on the probe's task, side by side, per seed.
+- `tool_rl`: `make tool-rl`: tool-integrated vs text-only Dr.GRPO on the probe's task, side by side, per seed;
+- `code_families`: families of small programming tasks, each problem with its own generated tests (issue 55);
+- `code_probe`: `make probe-code`: the untrained SmolLM2 on each family, graded by the `code` reward in its sandbox;
+- `code_rl`: `make code-rl`: Dr.GRPO with the `code` reward on the probe's task, per seed, held-out before and after.
 """

@@ -75,3 +75,17 @@ TOOL_MODEL_TOKENS = TOOL_PREFIX + "model_tokens"  # mean generated tokens per an
 TOOL_OUTPUT_TOKENS = TOOL_PREFIX + "tool_tokens"  # mean observation tokens per answer (masked out of the loss)
 # Of the answers whose programs printed something, the share whose final \boxed{} is exactly the last output.
 TOOL_BOX_IS_OUTPUT = TOOL_PREFIX + "box_is_last_output"
+
+# Programs rewarded by the `code` reward (drgrpo/observe/code_metrics.py): per step, over every rank's answers.
+CODE_PREFIX = PREFIX + "code/"
+CODE_BLOCK = CODE_PREFIX + "block"  # share of answers with a block to run
+CODE_RUNNABLE = CODE_PREFIX + "runnable"  # share whose block compiles
+CODE_SOME_TESTS = CODE_PREFIX + "some_tests"  # share that passed at least one test
+CODE_ALL_TESTS = CODE_PREFIX + "all_tests"  # share that passed every test
+CODE_NO_BLOCK = CODE_PREFIX + "no_block"
+CODE_SYNTAX_ERROR = CODE_PREFIX + "syntax_error"
+CODE_WRONG_OUTPUT = CODE_PREFIX + "wrong_output"  # the first failing test: ran, printed something else
+CODE_RUNTIME_ERROR = CODE_PREFIX + "runtime_error"  # the first failing test: raised, exited non-zero, killed
+CODE_TIMEOUT = CODE_PREFIX + "timeout"  # the first failing test: past code_timeout
+CODE_PROGRAM_LINES = CODE_PREFIX + "program_lines"  # mean non-blank lines of the answers' programs
+CODE_PROGRAMS_PER_SECOND = CODE_PREFIX + "programs_per_second"  # test runs / the code reward's seconds (rank 0)

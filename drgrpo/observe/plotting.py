@@ -3,7 +3,8 @@
 The panels are the background note's section 5 watch list: reward and pass rate, length of correct vs incorrect
 completions, the share of groups that carry no signal, entropy, KL, clip fraction, truncation, and the learning rate;
 with the Python tool (`python_tool: true`), its programs per answer, their failures, how answers ended, and the model's
-tokens vs the tool's. Only the panels some run logged are drawn (a run without a KL or without the tool gets no empty
+tokens vs the tool's; with the `code` reward, what the programs do, their first failure, their length and the
+sandbox's throughput. Only the panels some run logged are drawn (a run without a KL or without the tool gets no empty
 panel for them); `absent_notes` says which were left out and why.
 """
 
@@ -95,6 +96,37 @@ PANELS: tuple[Panel, ...] = (
         ((d.TOOL_MODEL_TOKENS, "model (trained)"), (d.TOOL_OUTPUT_TOKENS, "tool output (masked)")),
         "python_tool: false",
     ),
+    Panel(
+        "Programs (code reward): what they do",
+        "share of answers",
+        (
+            (d.CODE_BLOCK, "a block to run"),
+            (d.CODE_RUNNABLE, "it compiles"),
+            (d.CODE_SOME_TESTS, "passes some tests"),
+            (d.CODE_ALL_TESTS, "passes all tests"),
+        ),  # fmt: skip
+        "no code reward",
+    ),
+    Panel(
+        "Programs (code reward): the first failure",
+        "share of answers",
+        (
+            (d.CODE_SYNTAX_ERROR, "syntax error"),
+            (d.CODE_RUNTIME_ERROR, "runtime error"),
+            (d.CODE_TIMEOUT, "timeout"),
+            (d.CODE_WRONG_OUTPUT, "wrong output"),
+        ),  # fmt: skip
+        "no code reward",
+    ),
+    Panel(
+        "Programs (code reward): length", "non-blank lines", ((d.CODE_PROGRAM_LINES, "mean program"),), "no code reward"
+    ),  # fmt: skip
+    Panel(
+        "Sandbox throughput (code reward)",
+        "test runs per second",
+        ((d.CODE_PROGRAMS_PER_SECOND, "programs/s"),),
+        "no code reward",
+    ),  # fmt: skip
 )
 
 # One line style per series of a panel (a panel has at most four); one colour per run.
