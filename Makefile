@@ -102,7 +102,7 @@ probe-code: smollm2
 
 # Code RL: the math demo's recipe with its data and rewards swapped (recipes/smollm2_135m_drgrpo_code.yaml), Dr.GRPO
 # with the sandboxed `code` reward on a probe family, 3 seeds; held-out pass@1 (greedy) and pass@8 before -> after
-# (issue 55, docs/code-rl.md). The probe chose no task, so it stops in one line unless ARGS="--task NAME" names one;
+# (issue 55, docs/code-rl.md). The probe chose no task, so it stops in one line unless ARGS="--task FAMILY" names one;
 # it prints what is known of its time first. ARGS="--seeds 0" for one seed; recipe overrides after `--`.
 code-rl: smollm2
 	HF_HUB_OFFLINE=1 $(PY) scripts/code_rl.py $(ARGS)

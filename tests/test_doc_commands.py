@@ -225,6 +225,7 @@ PLACEHOLDERS = {
     "A": ["a"],
     "B": ["4"],
     "S": ["1"],
+    "FAMILY": ["sum_plus"],  # make code-rl ARGS="--task FAMILY": a family of make probe-code
 }
 ELIDED = "\u2026"  # what `<text>` becomes before the line is split (it may hold spaces and quotes)
 

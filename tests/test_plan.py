@@ -342,6 +342,7 @@ STEPS_PER_ROLLOUT = {
     "qwen3_8b_drgrpo_lora.yaml": 8,
     "qwen3_8b_drgrpo_vllm_server.yaml": 8,
     "qwen3_8b_grpo.yaml": 8,
+    "smollm2_135m_drgrpo_code.yaml": 1,  # make code-rl: the same schedule as make demo
     "smollm2_135m_drgrpo.yaml": 1,  # make demo: 8 micro-batches of 4 accumulated into one step per rollout of 32
     "smollm2_135m_grpo.yaml": 1,
     "smollm2_135m_drgrpo_tools.yaml": 1,  # make demo-tools: the same schedule as make demo
