@@ -24,6 +24,7 @@ import torch
 
 from drgrpo.algorithm.rollout.arguments import resolve_generation_engine
 from drgrpo.algorithm.rollout.engine import GenerationEngine, Sampled
+from drgrpo.algorithm.rollout.lora_merge import check_mergeable
 from drgrpo.algorithm.rollout.sampler import SamplingParams, row_seed
 from drgrpo.algorithm.rollout.weights import GenerationWeights
 from drgrpo.observe import metric_names as names
@@ -65,6 +66,10 @@ class TrainerEngine:
         )
         sharded = trainer._dist.is_zero3 or trainer.is_fsdp_enabled
         self.weights = GenerationWeights(generation_dtype(bool(args.bf16)), persistent=not sharded)
+        if self.weights.is_copy(
+            trainer.model
+        ):  # at start-up, not at the first generation: a LoRA variant it cannot merge
+            check_mergeable(trainer.model)
         self.seed = args.seed
         # Per mode: (optimizer step, generation calls made at it). Training and evaluation count apart: transformers
         # evaluates before it saves at a step, so a shared count would give a resumed run's next training call
