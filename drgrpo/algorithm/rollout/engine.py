@@ -242,9 +242,7 @@ class GenerationEngine:
         # The repetition penalty reads each row's own prompt and generated tokens, never its left-padding (vLLM).
         seen = None
         if self.params.penalizes:
-            seen = seen_tokens(list(distinct), logits.shape[-1], logits.device).index_select(
-                0, select.to(logits.device)
-            )
+            seen = seen_tokens(list(distinct), logits.shape[-1], logits.device)[select.to(logits.device)]
         live = list(rows)  # the result index of each row of the batch
         ended = [False] * len(live)
         length = width

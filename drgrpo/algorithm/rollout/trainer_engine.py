@@ -66,9 +66,8 @@ class TrainerEngine:
         )
         sharded = trainer._dist.is_zero3 or trainer.is_fsdp_enabled
         self.weights = GenerationWeights(generation_dtype(bool(args.bf16)), persistent=not sharded)
-        if self.weights.is_copy(
-            trainer.model
-        ):  # at start-up, not at the first generation: a LoRA variant it cannot merge
+        # At start-up, not at the first generation: a LoRA variant the copy cannot merge is refused before any step.
+        if self.weights.is_copy(trainer.model):
             check_mergeable(trainer.model)
         self.seed = args.seed
         # Per mode: (optimizer step, generation calls made at it). Training and evaluation count apart: transformers
