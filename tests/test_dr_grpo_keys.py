@@ -8,6 +8,7 @@ import dataclasses
 import warnings
 
 import pytest
+import torch
 import transformers
 import trl
 import yaml
@@ -131,6 +132,32 @@ def test_a_key_that_changes_the_objective_is_refused_in_one_line(key):
 def test_values_that_leave_the_objective_alone_pass(key, value):
     config = make(dr_grpo=True, **{key: value})
     assert "opted in" not in family_card(config) and config.algorithm_summary.startswith("algorithm: Dr.GRPO (")
+
+
+@pytest.mark.parametrize("value", [0.0, 0, -0.1])
+def test_an_off_policy_mask_at_or_below_zero_is_refused_in_one_line(value):
+    """Issue 53: at 0 the mask is not off: the sampler's and the learner's log-probs differ by rounding, so the mean
+    KL of about half the completions is above 0 and TRL drops those with a negative advantage at the first update."""
+    with pytest.raises(ValueError) as info:
+        make(dr_grpo=True, off_policy_mask_threshold=value)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"off_policy_mask_threshold={value!r}" in message and "at or below 0" in message
+    assert "off_policy_mask_threshold: None" in message and "dr_grpo_allow: [off_policy_mask_threshold]" in message
+    make(dr_grpo=True, off_policy_mask_threshold=value, dr_grpo_allow=["off_policy_mask_threshold"])
+
+
+def test_trls_off_policy_mask_at_zero_drops_completions_on_rounding_alone():
+    """Why 0 is refused, on TRL's own mask: log-probs equal up to float32 rounding (1e-7) drop a negative-advantage
+    completion at threshold 0, and none at a positive threshold."""
+    generator = torch.Generator().manual_seed(0)
+    learner = -torch.rand(8, 6, generator=generator) * 3
+    sampler = learner + (torch.rand(8, 6, generator=generator) - 0.5) * 2e-7  # rounding, not a policy change
+    advantages = -torch.ones(8, 1)
+    mask = torch.ones(8, 6)
+    kept_at_zero = trl.GRPOTrainer.get_off_policy_mask(advantages, learner, sampler, mask, 0.0)
+    assert 0 < kept_at_zero.sum() < 8
+    assert trl.GRPOTrainer.get_off_policy_mask(advantages, learner, sampler, mask, 1e-3).sum() == 8
 
 
 def test_every_refused_key_is_named_in_the_one_line():

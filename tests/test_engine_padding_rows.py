@@ -64,7 +64,7 @@ def test_padding_rows_and_the_width_never_change_a_ranks_samples(tiny_model_path
     owners = [(answer, 0) for answer in range(len(rows))]
 
     def call(padding: int, filler: int = 0):
-        trainer._engine.calls = (-1, 0)  # each world's first generation call of the step, as on a rank
+        trainer._engine.calls = {}  # each world's first generation call of the step, as on a rank
         padded = rows + [rows[filler]] * padding
         return generate(padded, [BUDGET] * len(rows) + [0] * padding, owners + [None] * padding)
 
@@ -79,7 +79,7 @@ def test_padding_rows_and_the_width_never_change_a_ranks_samples(tiny_model_path
     settings = LoopSettings(max_calls=2, max_tokens=BUDGET, eos_ids=tuple(trainer.eos_token_ids))
 
     def loop(other_rank: list[int]):
-        trainer._engine.calls = (-1, 0)
+        trainer._engine.calls = {}
         widths = []
 
         def agree(count: int) -> int:

@@ -35,7 +35,7 @@ def run_and_capture(tiny_model_path, addition_data, tmp_path, **config):
         num_generations=8,
         max_completion_length=4,
         logging_steps=1,
-        seed=4,
+        seed=1,  # a seed whose two batches both have signal under the sampler of issue 53
         **config,
     )
     trainer = DrGRPOTrainer(

@@ -13,13 +13,14 @@ Modules, each importing only the ones listed before it:
 - `kl`: KL to the reference policy as a penalty in the reward (verl's estimators);
 - `eos`: `EosArguments`, extra end-of-answer tokens for TRL, vLLM and transformers;
 - `family`: `FamilyArguments`, the GRPO family as recipe keys, and the card that names a config's member;
+- `sampler_correction`: TRL's importance-sampling weight pi_learner / pi_sampler for the engine's samples, and its
+  metrics with TRL's meaning;
 - `batch_logs`: TRL's per-round logs redone for a batch assembled from several generation rounds;
 - `dynamic_sampling`: DAPO dynamic sampling (groups whose rewards differ, refilled from fresh prompts);
 - `rollout`: the rollout stage (a subpackage): the CPU generation engine, the Python tool's loop, TRL's `rollout_func`;
 - `shared_prompt`: the loss forward with each prompt run once for the completions that share it;
 - `padding`: completions sorted by length (or grouped by prompt) within an optimizer step, micro-batches cut short;
 - `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the prompt, the LM head on CPU);
-- `sampler_correction`: TRL's importance-sampling weight pi_learner / pi_sampler for the engine's samples;
 - `code_logs`: the `diag/code/` metrics of a batch rewarded by `code` (what the programs did), over every rank;
 - `console_table`: TRL's console completions table given text with its control characters escaped;
 - `checkpoint_save`: checkpoints staged, fsynced and renamed into place (whole or absent); a full disk in one line;

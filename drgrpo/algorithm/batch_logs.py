@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from trl.trainer.utils import nanmax, nanmin, nanstd
+from trl.trainer.utils import nanstd
 
 from drgrpo.algorithm.advantages import combine_rewards
+from drgrpo.algorithm.sampler_correction import local_figures, trl_sampling_metrics
 from drgrpo.observe import metric_names
 from drgrpo.observe.diagnostics import completion_lengths_and_truncation
 
@@ -112,28 +113,18 @@ def trl_lengths(trainer: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Ten
 
 def sampling_metrics(trainer: Any, batch: dict[str, torch.Tensor]) -> dict[str, float]:
     """TRL's `sampling/*` (vLLM's log-probs against the trainer's, and the importance weights) for one batch; empty
-    when TRL's importance-sampling correction is off. Per process, then reduced over processes as TRL does."""
+    when TRL's importance-sampling correction is off. Per process, then reduced over processes as TRL does
+    (`sampler_correction.trl_sampling_metrics`)."""
     if "importance_sampling_ratio" not in batch or "sampling_per_token_logps" not in batch:
         return {}
-    gather = trainer.accelerator.gather
     mask = batch["completion_mask"] * batch.get("tool_mask", 1)
     mask = mask.bool()
     delta = (batch["old_per_token_logps"] - batch["sampling_per_token_logps"]).abs()
     delta = delta[mask & ~torch.isnan(delta)]
-    zero = torch.tensor(0.0, device=mask.device)
     ratio = batch["importance_sampling_ratio"]
     ratio = ratio.flatten() if trainer.vllm_importance_sampling_mode.startswith("sequence") else ratio[mask]
-
-    def local(values: torch.Tensor, reduce) -> torch.Tensor:
-        return reduce(values) if values.numel() > 0 else zero
-
-    return {
-        "sampling/sampling_logp_difference/mean": gather(local(delta, torch.mean)).mean().item(),
-        "sampling/sampling_logp_difference/max": gather(local(delta, torch.max)).max().item(),
-        "sampling/importance_sampling_ratio/min": nanmin(gather(local(ratio, torch.min))).item(),
-        "sampling/importance_sampling_ratio/mean": gather(local(ratio, torch.mean)).nanmean().item(),
-        "sampling/importance_sampling_ratio/max": nanmax(gather(local(ratio, torch.max))).item(),
-    }
+    local = local_figures(delta.double(), ratio.double()).to(mask.device).unsqueeze(0)
+    return trl_sampling_metrics(trainer.accelerator.gather(local).cpu())
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -46,6 +46,10 @@ def _below(bound: float) -> Callable[[Any], bool]:
     return lambda value: value is not None and float(value) < bound
 
 
+def _at_or_below(bound: float) -> Callable[[Any], bool]:
+    return lambda value: value is not None and float(value) <= bound
+
+
 _INFRA = "infrastructure: where and how the model, its weights and the generation run"
 _LOG = "logging"
 _SAMPLER = (
@@ -115,8 +119,10 @@ DR_GRPO_KEYS: dict[str, KeyRule] = {
     "off_policy_mask_threshold": KeyRule(
         CARD,
         "DeepSeek-V3.2's mask drops a negative-advantage completion whose mean KL(sampler || pi_theta) exceeds the "
-        "threshold: a sampler's mismatch or a later update; below 0 it drops every negative-advantage completion",
-        _below(0.0),
+        "threshold: a sampler's mismatch or a later update; at or below 0 it drops negative-advantage completions at "
+        "the first update too, since the sampler's and the learner's log-probs differ by rounding even in float32 "
+        "(a positive threshold above the sampler's mismatch, such as 0.5, acts off-policy only)",
+        _at_or_below(0.0),
     ),
     "num_iterations": KeyRule(CARD, "updates per rollout: all but the first have a ratio away from 1"),
     "steps_per_generation": KeyRule(CARD, "optimizer steps per rollout: later steps train on an older policy's"),

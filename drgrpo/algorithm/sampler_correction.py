@@ -14,6 +14,15 @@ min(ratio, 2) by default). `sampler_weights` is that weight with TRL 1.16's sema
 
 The weight is not the PPO ratio pi_theta / pi_old, which stays exactly 1 at the first update: it multiplies the
 clipped term, detached. A token whose sampler log-prob is unknown (NaN) gets weight 1, as in TRL.
+
+Its metrics are TRL's, with TRL's meaning, so that a CPU run's dashboard reads like a GPU run's: for each generation
+batch, on each rank, `sampling/sampling_logp_difference/{mean,max}` of |log pi_learner - log pi_sampler| over the
+completion tokens (tool tokens and unknown log-probs left out) and `sampling/importance_sampling_ratio/{min,mean,max}`
+of the weight TRL applies (after truncation or masking; one per completion in the sequence modes, one per token
+otherwise), an empty rank giving 0; then over ranks the mean of the means and the extremes of the extremes
+(`trl_sampling_metrics`). What TRL does not log is the engine's own: the ratio before truncation or masking and the
+share of ratios truncation or masking changed, `engine/sampler_ratio/{min,mean,max,truncated_share}`
+(`engine_ratio_metrics`).
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+
+from drgrpo.observe import metric_names as names
 
 SEQUENCE_MODES = ("sequence_mask", "sequence_truncate")
 TRUNCATE_MODES = ("token_truncate", "sequence_truncate")
@@ -63,11 +74,13 @@ class SamplerCorrectionArguments:
 
 @dataclass(frozen=True)
 class SamplerWeights:
-    """`weights` (rows, tokens), or (rows, 1) for the sequence modes; and per masked token: |log learner - log
-    sampler|, the ratio before truncation, and whether truncation or masking changed it."""
+    """`weights` (rows, tokens), or (rows, 1) for the sequence modes; |log learner - log sampler| per masked token
+    (unknown ones left out); and in TRL's units (each completion in the sequence modes, each masked token otherwise)
+    the weight applied, the ratio before truncation or masking, and whether truncation or masking changed it."""
 
     weights: torch.Tensor
     logp_difference: torch.Tensor
+    applied: torch.Tensor
     ratios: torch.Tensor
     changed: torch.Tensor
 
@@ -97,13 +110,14 @@ def sampler_weights(
         weights = ratios.clamp(min=clip_min, max=clip_max)
     else:
         weights = ratios.masked_fill(outside, 0.0)
-    token_ratios = ratios.expand_as(learner)[valid]
+    units = (lambda values: values.flatten()) if mode in SEQUENCE_MODES else (lambda values: values[valid])
     gap = (learner - sampler).abs()[valid]
     return SamplerWeights(
         weights=weights,
         logp_difference=gap[~torch.isnan(gap)],
-        ratios=token_ratios,
-        changed=outside.expand_as(learner)[valid],
+        applied=units(weights),
+        ratios=units(ratios),
+        changed=units(outside),
     )
 
 
@@ -114,3 +128,96 @@ def corrected_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> tor
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
     return advantages * weights
+
+
+# One rank's figures of the correction, summed over the micro-batches of a generation batch (`CorrectionFigures`) and
+# gathered over ranks as rows of these columns.
+FIGURES = (
+    "gap_sum", "gaps", "gap_max", "weight_sum", "weights", "weight_min", "weight_max", "ratio_sum", "ratio_min",
+    "ratio_max", "changed",
+)  # fmt: skip
+_COLUMN = {name: index for index, name in enumerate(FIGURES)}
+
+
+def local_figures(
+    gaps: torch.Tensor, applied: torch.Tensor, ratios: torch.Tensor | None = None, changed: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(len(FIGURES),) float64 figures of one rank's |log-prob differences| `gaps` and applied weights `applied`, with
+    the ratios before truncation and the changed flags where known (the same units as `applied`). Empty extremes are
+    +-inf, so that `merge_figures` takes the other side's."""
+    ratios = applied if ratios is None else ratios
+    changed = torch.zeros_like(applied, dtype=torch.bool) if changed is None else changed
+
+    def extreme(values: torch.Tensor, reduce, empty: float) -> float:
+        return reduce(values).item() if values.numel() else empty
+
+    inf = float("inf")
+    return torch.tensor(
+        [
+            gaps.sum().item(), gaps.numel(), extreme(gaps, torch.max, -inf),
+            applied.sum().item(), applied.numel(), extreme(applied, torch.min, inf), extreme(applied, torch.max, -inf),
+            ratios.sum().item(), extreme(ratios, torch.min, inf), extreme(ratios, torch.max, -inf),
+            changed.sum().item(),
+        ],
+        dtype=torch.float64,
+    )  # fmt: skip
+
+
+def merge_figures(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """The figures of two parts of one rank's batch together: sums and counts add, extremes are the extremes."""
+    merged = first + second
+    for name in ("gap_max", "weight_max", "ratio_max"):
+        merged[_COLUMN[name]] = max(first[_COLUMN[name]], second[_COLUMN[name]])
+    for name in ("weight_min", "ratio_min"):
+        merged[_COLUMN[name]] = min(first[_COLUMN[name]], second[_COLUMN[name]])
+    return merged
+
+
+def trl_sampling_metrics(ranks: torch.Tensor) -> dict[str, float]:
+    """TRL 1.16's `sampling/` metrics (`GRPOTrainer._generate_and_score_completions`) from every rank's figures
+    (ranks, len(FIGURES)): per rank the mean and max of the differences and the min, mean and max of the applied
+    weights, 0 where the rank has none; over ranks the mean of the means (`.mean()`, the weight's `.nanmean()`), the max
+    of the maxima and the min of the minima (`nanmax`, `nanmin`)."""
+    column = {name: ranks[:, index] for index, name in enumerate(FIGURES)}
+
+    def per_rank(value: torch.Tensor, count: str) -> torch.Tensor:  # TRL's torch.tensor(0.0) for an empty rank
+        return torch.where(column[count] > 0, value, torch.zeros_like(value))
+
+    return {
+        names.SAMPLING_LOGP_DIFFERENCE_MEAN: per_rank(column["gap_sum"] / column["gaps"], "gaps").mean().item(),
+        names.SAMPLING_LOGP_DIFFERENCE_MAX: per_rank(column["gap_max"], "gaps").max().item(),
+        names.IMPORTANCE_RATIO_MIN: per_rank(column["weight_min"], "weights").min().item(),
+        names.IMPORTANCE_RATIO_MEAN: per_rank(column["weight_sum"] / column["weights"], "weights").nanmean().item(),
+        names.IMPORTANCE_RATIO_MAX: per_rank(column["weight_max"], "weights").max().item(),
+    }
+
+
+def engine_ratio_metrics(ranks: torch.Tensor) -> dict[str, float]:
+    """The engine's own figures over every rank's units (empty: none): the ratio pi_learner / pi_sampler before
+    truncation or masking (min, mean, max) and the share of them that truncation or masking changed."""
+    column = {name: ranks[:, index] for index, name in enumerate(FIGURES)}
+    units = column["weights"].sum().item()
+    if not units:
+        return {}
+    return {
+        names.ENGINE_SAMPLER_RATIO_MIN: column["ratio_min"].min().item(),
+        names.ENGINE_SAMPLER_RATIO_MEAN: column["ratio_sum"].sum().item() / units,
+        names.ENGINE_SAMPLER_RATIO_MAX: column["ratio_max"].max().item(),
+        names.ENGINE_SAMPLER_RATIO_TRUNCATED: column["changed"].sum().item() / units,
+    }
+
+
+class CorrectionFigures:
+    """One rank's figures of the correction over the micro-batches of one generation batch, taken once it is whole."""
+
+    def __init__(self) -> None:
+        self.figures: torch.Tensor | None = None
+
+    def add(self, result: SamplerWeights) -> None:
+        figures = local_figures(result.logp_difference, result.applied, result.ratios, result.changed)
+        self.figures = figures if self.figures is None else merge_figures(self.figures, figures)
+
+    def take(self) -> torch.Tensor:
+        figures = self.figures if self.figures is not None else local_figures(torch.zeros(0), torch.zeros(0))
+        self.figures = None
+        return figures

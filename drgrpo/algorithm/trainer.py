@@ -35,7 +35,13 @@ from drgrpo.algorithm.kl import batch_sequence_kls, kl_penalised_rewards
 from drgrpo.algorithm.padding import bucket_micro_batches, grouping_changes_the_loss, micro_batch_layout
 from drgrpo.algorithm.rollout.trainer_engine import build_trainer_engine
 from drgrpo.algorithm.rollout.trl_rollout import MODEL_IDS, MODEL_TEXT
-from drgrpo.algorithm.sampler_correction import corrected_advantages, sampler_weights
+from drgrpo.algorithm.sampler_correction import (
+    CorrectionFigures,
+    corrected_advantages,
+    engine_ratio_metrics,
+    sampler_weights,
+    trl_sampling_metrics,
+)
 from drgrpo.algorithm.shared_prompt import shared_prompt_forward, shares_prompts
 from drgrpo.algorithm.step_speed import compact_fused_lm_head
 from drgrpo.observe import diagnostics, metric_names
@@ -104,6 +110,7 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
         )
         self._ratio_probe: dict | None = None
         self._correction: dict | None = None  # armed in `_compute_loss` for the CPU engine's sampler weights
+        self._correction_figures = CorrectionFigures()  # its metrics over one generation batch, logged once it is whole
         # The recipe's extra end-of-answer tokens join TRL's eos list and both generation backends' stop lists.
         apply_extra_eos_tokens(self, self.args.extra_eos_tokens)
         # The CPU engine (drgrpo/algorithm/rollout/engine.py) where the config resolved to it, else TRL's generation;
@@ -333,9 +340,10 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
 
     def _apply_sampler_correction(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
         """Weight this micro-batch's advantages by pi_learner / pi_sampler (TRL's importance-sampling correction,
-        `vllm_importance_sampling_*` keys) and log TRL's `sampling/` metrics. The learner's log-probs are pi_old where
-        TRL recomputed it (num_iterations > 1, steps_per_generation > gradient_accumulation_steps), else this
-        forward's, detached: on-policy they are the same numbers."""
+        `vllm_importance_sampling_*` keys) and log TRL's `sampling/` metrics as TRL does, once per generation batch
+        (drgrpo/algorithm/sampler_correction.py). The learner's log-probs are pi_old where TRL recomputed it
+        (num_iterations > 1, steps_per_generation > gradient_accumulation_steps), else this forward's, detached:
+        on-policy they are the same numbers."""
         learner = inputs.get("old_per_token_logps")
         learner = per_token_logps.detach() if learner is None else learner
         args = self.args
@@ -348,30 +356,16 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
             args.vllm_importance_sampling_clip_max,
         )
         inputs["advantages"] = corrected_advantages(inputs["advantages"], result.weights)
-        self._log_sampler_correction(result)
-
-    def _log_sampler_correction(self, result) -> None:
-        """TRL's `sampling/` metrics for this micro-batch over every rank's tokens (maxima and minima are reduced over
-        the micro-steps in `log`)."""
-        nan = float("nan")
-        ratios, gaps = result.ratios, result.logp_difference
-        local = torch.tensor(
-            [ratios.sum().item(), ratios.numel(), result.changed.sum().item(), gaps.sum().item(), gaps.numel(),
-             ratios.min().item() if ratios.numel() else nan, ratios.max().item() if ratios.numel() else nan,
-             gaps.max().item() if gaps.numel() else nan],
-            dtype=torch.float64, device=self.accelerator.device,
-        )  # fmt: skip
-        rows = self.accelerator.gather(local.reshape(1, -1)).cpu()
-        ratio_sum, tokens, changed, gap_sum, gap_tokens = rows[:, :5].sum(dim=0).tolist()
-        metrics = self._metrics["train"]
-        if tokens:
-            metrics[metric_names.IMPORTANCE_RATIO_MEAN].append(ratio_sum / tokens)
-            metrics[metric_names.IMPORTANCE_RATIO_TRUNCATED].append(changed / tokens)
-            metrics[metric_names.IMPORTANCE_RATIO_MIN].append(rows[:, 5].nan_to_num(nan=float("inf")).min().item())
-            metrics[metric_names.IMPORTANCE_RATIO_MAX].append(rows[:, 6].nan_to_num(nan=-float("inf")).max().item())
-        if gap_tokens:
-            metrics[metric_names.SAMPLING_LOGP_DIFFERENCE_MEAN].append(gap_sum / gap_tokens)
-            metrics[metric_names.SAMPLING_LOGP_DIFFERENCE_MAX].append(rows[:, 7].nan_to_num(nan=0.0).max().item())
+        # The generation batch's micro-batches come once each in its first pass (later iterations repeat them with
+        # the same weights): their figures are summed, and logged after the last, as TRL logs its figures once.
+        place = self._step % (args.steps_per_generation * self.num_iterations)
+        if place < args.steps_per_generation:
+            self._correction_figures.add(result)
+            if place == args.steps_per_generation - 1:
+                local = self._correction_figures.take().to(self.accelerator.device).unsqueeze(0)
+                ranks = self.accelerator.gather(local).cpu()
+                for name, value in {**trl_sampling_metrics(ranks), **engine_ratio_metrics(ranks)}.items():
+                    self._metrics["train"][name].append(value)
 
     def _log_first_update_ratios(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
         """Log pi_theta/pi_old (TRL old log-probs) and pi_trainer/pi_sampler (vLLM log-probs) on this micro-batch."""

@@ -97,7 +97,8 @@ def cpu_precision(dtype: str) -> tuple[str, str]:
 
 class TransformersBackend:
     """The CPU generation engine of training (`drgrpo.algorithm.rollout.engine`) on a saved model: what runs on CPU,
-    and on a GPU without vLLM. Each row is sampled from its own seed, so a sample never depends on its batch."""
+    and on a GPU without vLLM. Each row draws from its own seed, so its random numbers never depend on its batch (its
+    logits can, in bf16: a sample alone and in a batch can differ; docs/demo.md, batch invariance)."""
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from drgrpo.core.heap import release_free_memory
 from drgrpo.experiments.arithmetic_task import write_chat_addition_task
-from drgrpo.observe.metric_names import IMPORTANCE_RATIO_TRUNCATED, SAMPLING_LOGP_DIFFERENCE_MEAN
+from drgrpo.observe.metric_names import ENGINE_SAMPLER_RATIO_TRUNCATED, SAMPLING_LOGP_DIFFERENCE_MEAN
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def run_smol_demo(settings: SmolDemoSettings) -> dict:
             else "off"
         ),
         "sampler_logp_difference_mean": logged_mean(history, SAMPLING_LOGP_DIFFERENCE_MEAN),
-        "importance_ratio_truncated_share": logged_mean(history, IMPORTANCE_RATIO_TRUNCATED),
+        "importance_ratio_truncated_share": logged_mean(history, ENGINE_SAMPLER_RATIO_TRUNCATED),
         "overrides": list(settings.rl_overrides),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

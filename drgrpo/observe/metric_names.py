@@ -22,24 +22,29 @@ SAMPLER_TRAINER_MAX_ABS_LOG_RATIO = PREFIX + "ratio/sampler_trainer_max_abs_log"
 # The CPU engine (drgrpo/algorithm/rollout/): casts of the trained weights into its copy so far, the last one's time.
 ENGINE_WEIGHT_SYNCS = "engine/weight_syncs"
 ENGINE_WEIGHT_SYNC_SECONDS = "engine/weight_sync_seconds"
-# The sampler's importance-sampling correction, under TRL's names for vLLM's (drgrpo/algorithm/sampler_correction.py),
-# plus the share of tokens whose weight truncation or masking changed.
+# The importance-sampling correction of the engine's samples under TRL's names for vLLM's, meaning what TRL's mean
+# (one value per generation batch: the weight applied, per completion in the sequence modes;
+# drgrpo/algorithm/sampler_correction.py), and the engine's own figures beside them: the ratio pi_learner / pi_sampler
+# before truncation or masking, and the share of ratios that truncation or masking changed.
 SAMPLING_LOGP_DIFFERENCE_MEAN = "sampling/sampling_logp_difference/mean"
 SAMPLING_LOGP_DIFFERENCE_MAX = "sampling/sampling_logp_difference/max"
 IMPORTANCE_RATIO_MIN = "sampling/importance_sampling_ratio/min"
 IMPORTANCE_RATIO_MEAN = "sampling/importance_sampling_ratio/mean"
 IMPORTANCE_RATIO_MAX = "sampling/importance_sampling_ratio/max"
-IMPORTANCE_RATIO_TRUNCATED = "sampling/importance_sampling_ratio/truncated_share"
+ENGINE_SAMPLER_RATIO_MIN = "engine/sampler_ratio/min"
+ENGINE_SAMPLER_RATIO_MEAN = "engine/sampler_ratio/mean"
+ENGINE_SAMPLER_RATIO_MAX = "engine/sampler_ratio/max"
+ENGINE_SAMPLER_RATIO_TRUNCATED = "engine/sampler_ratio/truncated_share"
 
 # Logged as the maximum (minimum) over all micro-steps since the last log, not TRL's mean of the per-micro-step values.
+# (TRL's own `sampling/` metrics are not among them: TRL averages them over the generation batches since the last log.)
 MAXIMUM_METRICS = (
     FIRST_UPDATE_MAX_ABS_LOG_RATIO,
     SAMPLER_TRAINER_MAX_ABS_LOG_RATIO,
-    SAMPLING_LOGP_DIFFERENCE_MAX,
-    IMPORTANCE_RATIO_MAX,
+    ENGINE_SAMPLER_RATIO_MAX,
     ENGINE_WEIGHT_SYNCS,
 )
-MINIMUM_METRICS = (IMPORTANCE_RATIO_MIN,)
+MINIMUM_METRICS = (ENGINE_SAMPLER_RATIO_MIN,)
 
 TRL_REWARD = "reward"
 TRL_ZERO_STD_SHARE = "frac_reward_zero_std"

@@ -15,8 +15,10 @@ Modules, each importing only the ones listed before it:
   the observation's text;
 - `loop`: the multi-turn loop over any generator, with the same number of generation calls on every rank;
 - `tool_metrics`: the per-step `diag/tool/` metrics;
-- `sampler`: the one sampler of training and evaluation (per-row seeds, inverse CDF, the sampled log-probs);
+- `sampler`: the one sampler of training and evaluation (vLLM's processing order, per-row seeds, an exact two-level
+  inverse CDF, the sampled log-probs);
 - `engine`: `GenerationEngine`, batched decoding with a KV cache, shared prompt prefill and rows leaving the batch;
+- `lora_merge`: peft's LoRA adapters merged into the copy through peft's own merge path, or refused in one line;
 - `weights`: `GenerationWeights`, the copy in the generation dtype, synced once per optimizer step;
 - `trainer_engine`: the engine on a `GRPOTrainer` (TRL's unwrapping contexts, seeds, sync metrics);
 - `generation`: one turn on the trainer's backend (the engine or transformers with a fence stop, or vLLM);

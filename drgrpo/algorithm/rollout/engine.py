@@ -14,7 +14,8 @@ SmolLM2-135M, 32 rows (docs/demo.md, `benchmarks/cpu_generation.py`):
 - **Decode attention on the key/value heads** (`decode_attention`, Llama/Qwen families without a sliding window):
   one query per row, grouped per key/value head with two matmuls, instead of the fused CPU SDPA kernel, which costs
   ~0.7 ms a layer for one query; the masks are built once per token by the engine, not per layer.
-- **One sampler** with per-row random streams (`sampler.py`), so a sample never depends on its batch.
+- **One sampler** (`sampler.py`): vLLM's processing order and an exact draw, with per-row random streams, so a row's
+  random numbers never depend on its batch (its logits can, in bf16: docs/demo.md, batch invariance).
 
 `stop(row, token)` lets a caller end a row at a token of its choosing (the Python tool's closing fence); eos ids and
 each row's token budget end rows too. A row with budget 0 is not generated at all (a padding row).
@@ -31,7 +32,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from drgrpo.algorithm.rollout.sampler import SamplingParams, logits_processors, sample_next
+from drgrpo.algorithm.rollout.sampler import SamplingParams, logits_processors, sample_next, seen_tokens
 
 ENGINE_ATTENTION = "drgrpo_engine"
 # Model families whose attention is plain scaled dot-product over (grouped) key/value heads: no logit soft-capping,
@@ -238,12 +239,15 @@ class GenerationEngine:
         valid = valid.index_select(0, select)
         next_position = positions[:, -1].index_select(0, select) + 1
         generators = [torch.Generator().manual_seed(int(seeds[i])) for i in rows]
-        history = ids.index_select(0, select) if self.params.needs_history else None
+        # The repetition penalty reads each row's own prompt and generated tokens, never its left-padding (vLLM).
+        seen = None
+        if self.params.penalizes:
+            seen = seen_tokens(list(distinct), logits.shape[-1], logits.device)[select.to(logits.device)]
         live = list(rows)  # the result index of each row of the batch
         ended = [False] * len(live)
         length = width
         while True:
-            tokens, logprobs = sample_next(logits, self.params, generators, self.processors, history)
+            tokens, logprobs = sample_next(logits, self.params, generators, self.processors, seen)
             token_list, logprob_list = tokens.tolist(), logprobs.tolist()
             for slot, row in enumerate(live):
                 if ended[slot]:
@@ -262,10 +266,10 @@ class GenerationEngine:
                 cache.batch_select_indices(index.to(device))
                 tokens, valid, next_position = tokens[index], valid[index], next_position[index]
                 generators = [generators[slot] for slot in keep]
-                history = history[index] if history is not None else None
+                seen = seen[index.to(seen.device)] if seen is not None else None
                 live, ended = [live[slot] for slot in keep], [False] * len(keep)
-            if history is not None:
-                history = torch.cat([history, tokens.unsqueeze(-1)], dim=-1)
+            if seen is not None:
+                seen.scatter_(1, tokens.unsqueeze(-1).to(seen.device), True)
             valid[:, length] = True
             length += 1
             mask = valid[:, None, None, :length] if own_masks else valid[:, :length].long()

@@ -7,9 +7,10 @@ GRPO rollouts) and the Python tool's loop (`generation.TrainerTurns`) call inste
   parameters gathered, gradient checkpointing off), `GenerationWeights.for_generation` gives the trained model itself
   (float32) or its copy in bf16, cast again only when the optimizer has stepped since the last sync (a copy built per
   call and dropped under ZeRO-3 and FSDP, whose sharding a persistent full copy would undo);
-- the seeds: one per row, a hash of (run seed, train/eval, optimizer step, generation call of the step, rank, row or
-  the tool loop's owner), so a row's sample depends on nothing another row does (a padding row included) and a resumed
-  run samples what the uninterrupted one did;
+- the seeds: one per row, a hash of (run seed, train/eval, optimizer step, generation call of that mode at that step,
+  rank, row or the tool loop's owner), so a row's random numbers depend on nothing another row does (a padding row
+  included), and a resumed run samples what the uninterrupted one did, evaluation or not (calls are counted per mode:
+  an evaluation never moves training's seeds);
 - the metrics: `engine/weight_syncs` (casts into the copy so far) and `engine/weight_sync_seconds` (the last one).
 """
 
@@ -23,6 +24,7 @@ import torch
 
 from drgrpo.algorithm.rollout.arguments import resolve_generation_engine
 from drgrpo.algorithm.rollout.engine import GenerationEngine, Sampled
+from drgrpo.algorithm.rollout.lora_merge import check_mergeable
 from drgrpo.algorithm.rollout.sampler import SamplingParams, row_seed
 from drgrpo.algorithm.rollout.weights import GenerationWeights
 from drgrpo.observe import metric_names as names
@@ -64,8 +66,14 @@ class TrainerEngine:
         )
         sharded = trainer._dist.is_zero3 or trainer.is_fsdp_enabled
         self.weights = GenerationWeights(generation_dtype(bool(args.bf16)), persistent=not sharded)
+        # At start-up, not at the first generation: a LoRA variant the copy cannot merge is refused before any step.
+        if self.weights.is_copy(trainer.model):
+            check_mergeable(trainer.model)
         self.seed = args.seed
-        self.calls = (-1, 0)  # (optimizer step, generation calls made at it)
+        # Per mode: (optimizer step, generation calls made at it). Training and evaluation count apart: transformers
+        # evaluates before it saves at a step, so a shared count would give a resumed run's next training call
+        # (which no evaluation preceded) another seed than the uninterrupted run's.
+        self.calls: dict[str, tuple[int, int]] = {}
 
     def describe(self, model) -> str:
         """The start-up line: the engine, its weights (those of the trained `model` or a copy), their sync."""
@@ -81,9 +89,10 @@ class TrainerEngine:
 
     def _seeds(self, trainer: Any, count: int, owners: Sequence | None) -> list[int]:
         step = trainer.state.global_step
-        call = self.calls[1] + 1 if self.calls[0] == step else 0
-        self.calls = (step, call)
         mode = "train" if trainer.model.training else "eval"
+        counted_step, made = self.calls.get(mode, (-1, 0))
+        call = made if counted_step == step else 0
+        self.calls[mode] = (step, call + 1)
         rank = trainer.accelerator.process_index
         keys = list(range(count)) if owners is None else [owner_key(owner) for owner in owners]
         return [row_seed(self.seed, mode, step, call, rank, key) for key in keys]

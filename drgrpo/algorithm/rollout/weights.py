@@ -16,8 +16,9 @@ per optimizer step, the way TRL keeps vLLM's weights (issue 40).
   included, holds its weight in oneDNN's blocked layout (`PackedLinear`), packed once per sync instead of at every
   matmul: the same numbers (the same kernel, the same tokens and log-probs on SmolLM2), generation 1.2x faster on a
   Zen 4 (docs/demo.md).
-- **LoRA** (peft): the copy is the base architecture with each adapted weight merged (`W + scale * B @ A` from peft's
-  `get_delta_weight`), so generation runs no adapter code; peft's `modules_to_save` copies are taken as trained.
+- **LoRA** (peft): the copy is the base architecture with each adapted layer merged as peft's own merge computes it
+  (`lora_merge.py`: plain LoRA and rsLoRA, `lora_bias`, DoRA), so generation runs no adapter code; a variant it cannot
+  merge is refused when the engine is built; peft's `modules_to_save` copies are taken as trained.
 
 The copy is a new object of the model's class: neither TRL's fused-LM-head patch nor accelerate's autocast wrapper
 (both set on the trained model's instance) reaches it, and its config is a copy, so the engine's attention setting
@@ -31,6 +32,8 @@ import time
 from collections.abc import Iterator
 
 import torch
+
+from drgrpo.algorithm.rollout.lora_merge import check_mergeable, merged_parameters
 
 
 def base_model(model):
@@ -47,7 +50,7 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
 
 def source_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) of every parameter of `model` as the plain model names it, LoRA adapters merged in: what the
-    generation copy loads. Raises for a peft method other than LoRA (its weights cannot be merged so)."""
+    generation copy loads. Raises for a peft layer that cannot be merged (`lora_merge.check_mergeable`)."""
     for name, tensor in _named_weights(model):
         yield name, full(tensor)
 
@@ -58,9 +61,9 @@ def _named_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
         yield from ((name, p.detach()) for name, p in model.named_parameters(remove_duplicate=False))
         return
     from peft.tuners.lora import LoraLayer
-    from peft.tuners.tuners_utils import BaseTunerLayer
     from peft.utils.other import ModulesToSaveWrapper
 
+    check_mergeable(base)
     skip: set[str] = set()
     for prefix, module in base.named_modules():
         if isinstance(module, ModulesToSaveWrapper):
@@ -70,21 +73,9 @@ def _named_weights(model) -> Iterator[tuple[str, torch.Tensor]]:
                 yield f"{prefix}.{name}", parameter.detach()
             skip.add(prefix + ".")
         elif isinstance(module, LoraLayer):
-            weight = module.get_base_layer().weight.detach()
-            if not module.merged:
-                for adapter in module.active_adapters:
-                    if adapter in module.lora_A:
-                        weight = weight + module.get_delta_weight(adapter).to(weight.dtype)
-            yield f"{prefix}.weight", weight
-            bias = getattr(module.get_base_layer(), "bias", None)
-            if bias is not None:
-                yield f"{prefix}.bias", bias.detach()
+            for name, tensor in merged_parameters(module):
+                yield f"{prefix}.{name}", tensor
             skip.add(prefix + ".")
-        elif isinstance(module, BaseTunerLayer):
-            raise ValueError(
-                f"generation_engine: the peft layer {type(module).__name__} ({prefix}) cannot be merged into a "
-                "generation copy; the engine merges LoRA only. Set generation_engine: trl."
-            )
     for name, parameter in base.named_parameters(remove_duplicate=False):
         if not any(name.startswith(prefix) for prefix in skip):
             yield name, parameter.detach()
