@@ -67,9 +67,10 @@ def cut_off(trainer: DrGRPOTrainer, output: dict) -> torch.Tensor:
 def test_trainer_advantages_follow_the_rule(tiny_model_path, tmp_path, monkeypatch, keys):
     prompts = [f"{a}+{b}=" for a, b in ((12, 29), (47, 38), (55, 17), (68, 24))]
     dataset = Dataset.from_list([{"prompt": p} for p in prompts])
+    # seed 11: under issue 53's draw its groups mix truncated and ended completions, an ended one without a score
     args = DrGRPOConfig(
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=GROUP,
-        per_device_train_batch_size=len(prompts) * GROUP, max_completion_length=3, temperature=1.0, seed=3,
+        per_device_train_batch_size=len(prompts) * GROUP, max_completion_length=3, temperature=1.0, seed=11,
         zero_reward_for_truncated=True, **keys,
     )  # fmt: skip
     scripted = Scripted()
