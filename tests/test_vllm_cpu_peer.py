@@ -28,7 +28,8 @@ def test_engine_worker_answers_each_request_with_the_tokens_it_generated(tiny_mo
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "DRGRPO_TORCH_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    ready, *replies = [json.loads(line) for line in done.stdout.splitlines()]
+    marked = [line.removeprefix("@peer ") for line in done.stdout.splitlines() if line.startswith("@peer ")]
+    ready, *replies = [json.loads(line) for line in marked]
     assert ready["ready"] is True
     assert len(replies) == 3
     assert replies[0]["tokens"] == replies[2]["tokens"] == len(rows) * 6  # forced: no row ends early
