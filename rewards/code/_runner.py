@@ -25,7 +25,7 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
 drops to `B`'s own uid (`B` must be root: the fallback is refused otherwise), under the filter (no socket() at all)
 and Landlock where the kernel has it, but in the pid namespace and file system of the host, in a work folder of a
-random name (docs/code-rewards.md).
+random name (`rewards.code._fallback`, docs/code-rewards.md). A program's output and verdict: `rewards.code._outcome`.
 Nothing here imports beyond the standard library (and this package's own modules).
 """
 
@@ -36,14 +36,15 @@ import errno
 import os
 import pickle
 import resource
-import select
 import signal
 import struct
 import sys
 import time
 
 from rewards.code import _cgroup, _landlock
-from rewards.code._filesystem import ROOT_FOLDERS, minimal_root, remove_tree
+from rewards.code._fallback import run_job as fallback_job
+from rewards.code._filesystem import ROOT_FOLDERS, minimal_root
+from rewards.code._outcome import error_result, read_output, verdict
 from rewards.code._program import (
     CLONE_NEWNET,
     CLONE_NEWNS,
@@ -52,9 +53,7 @@ from rewards.code._program import (
     STATUS,
     Slot,
     check,
-    exec_program,
     prepare_slot,
-    stdin_memfd,
 )
 from rewards.code._seccomp import ProgramFilter
 
@@ -66,7 +65,6 @@ PROGRAM_ID = 65534  # uid and gid of every program inside its user namespace (no
 # unique, so no host process and no other runner shares it (its key quota, process count, signals). The range
 # 0x70000000-0x7FFDFFFF is one that systemd leaves unused (docs/UIDS-GIDS.md), above every container range.
 OWN_IDS_BASE = 0x70000000
-STDERR_KEEP = 2048  # bytes of stderr kept for the result (the tail: where Python puts the exception)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -129,64 +127,6 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
     return "namespaces"
 
 
-def _kill_all(state: dict, pgid: int) -> None:
-    """Kill what the program left: every process of the namespace (R is its init); in the fallback every process
-    of the runner's own uid (a root trainer's: each runner has its own), else the program's process group."""
-    if os.getpid() == 1:
-        try:
-            os.kill(-1, signal.SIGKILL)  # from a namespace's init: every other process in it, never outside it
-        except ProcessLookupError:
-            pass
-    elif state["root"]:
-        _kill_uid(state["program_id"])
-    else:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _kill_uid(uid: int) -> None:
-    """`kill(-1, SIGKILL)` as `uid`: every process of that uid, wherever it went (another session or process group),
-    and nothing else. A SIGKILL pending stops a fork in progress, so one pass reaches all; two to be sure."""
-    helper = os.fork()
-    if helper == 0:
-        try:
-            os.setresuid(uid, uid, uid)
-            for _ in range(2):
-                try:
-                    os.kill(-1, signal.SIGKILL)
-                except ProcessLookupError:
-                    break
-        finally:
-            os._exit(0)
-    os.waitpid(helper, 0)
-
-
-def _reap(pid: int, block_s: float, state: dict) -> tuple[int | None, float]:
-    """The wait status of `pid`, and the CPU seconds of every process the program started, after reaping every
-    other child too (killed again while any is left, until `block_s`): R's children are the program and the
-    orphans of its namespace (or, in the fallback, of its subreaper B), and none may outlive the test. Each reaped
-    process's usage includes that of the children it reaped itself; the others come back to R (or B) as orphans
-    and are reaped here, so the sum counts every process once, waited for by the program or not."""
-    status, cpu = None, 0.0
-    deadline = time.monotonic() + block_s
-    while True:
-        try:
-            done, code, usage = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return status, cpu
-        if done:
-            cpu += usage.ru_utime + usage.ru_stime
-        if done == pid:
-            status = code
-        if done == 0:
-            if time.monotonic() > deadline:
-                return status, cpu
-            _kill_all(state, pid)
-            time.sleep(0.002)
-
-
 def run_job(job: dict, state: dict) -> dict:
     """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`."""
     if state["mode"] == "namespaces":
@@ -200,35 +140,7 @@ def run_job(job: dict, state: dict) -> dict:
             slot.close()
             if slot.init is not None:
                 state["exiting"].append(slot.init)  # it reported: it exits now
-    workdir = os.path.join(state["work_root"], os.urandom(8).hex())  # a name that counts nothing
-    os.mkdir(workdir, 0o700)
-    try:
-        with open(os.path.join(workdir, "main.py"), "wb") as f:
-            f.write(job["program"])
-        if state["root"]:
-            os.chown(workdir, state["program_id"], state["program_id"])
-            os.chown(os.path.join(workdir, "main.py"), state["program_id"], state["program_id"])
-        stdin_fd = stdin_memfd(job["stdin"])
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        failed_r, failed_w = os.pipe2(os.O_CLOEXEC)
-        start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            exec_program(job, workdir, (stdin_fd, out_w, err_w, failed_w), state)
-        for fd in (stdin_fd, out_w, err_w, failed_w):
-            os.close(fd)
-        try:
-            result, wait_status = _supervise(pid, out_r, err_r, job["limits"], start, state)
-            _verdict(result, wait_status, job["limits"])
-            failure = os.read(failed_r, 4096)  # empty: exec succeeded (the pipe closed on exec) or nothing to say
-        finally:
-            os.close(failed_r)
-        if failure:
-            result.update(status="sandbox_error", stderr=failure)
-        return result
-    finally:
-        remove_tree(workdir)
+    return fallback_job(job, state)
 
 
 def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
@@ -236,7 +148,7 @@ def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
     the output, and I's report (the program's wait status and CPU time)."""
     failure = slot.ready()
     if failure is not None:
-        return _error(failure)
+        return error_result(failure)
     start = time.monotonic()
     try:
         with os.fdopen(os.dup(slot.fds["job"]), "wb") as job_w:
@@ -246,7 +158,7 @@ def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
     os.close(slot.fds.pop("job"))
     state["slot"] = prepare_slot(state)  # the next program's namespaces, made while this one runs
     limits = job["limits"]
-    status, stdout, stderr = _read_output(slot.fds.pop("out"), slot.fds.pop("err"), slot.fds["report"], limits, start)
+    status, stdout, stderr = read_output(slot.fds.pop("out"), slot.fds.pop("err"), slot.fds["report"], limits, start)
     report = os.read(slot.fds["report"], STATUS.size) if status == "ok" else b""
     if len(report) == STATUS.size:
         wait_status, cpu = STATUS.unpack(report)
@@ -257,97 +169,17 @@ def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
         _, _, usage = os.wait4(slot.init, 0)
         slot.init, wait_status, cpu = None, signal.SIGKILL, usage.ru_utime + usage.ru_stime
     result = {"status": status, "stdout": stdout, "stderr": stderr, "wall_s": time.monotonic() - start, "cpu_s": cpu}
-    _verdict(result, None if wait_status < 0 else wait_status, limits)
+    verdict(result, None if wait_status < 0 else wait_status, limits)
     failure = os.read(slot.fds["failed"], 4096)
     if failure:
         result.update(status="sandbox_error", stderr=failure)
     return result
 
 
-def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> tuple[dict, int | None]:
-    """The fallback's program `pid`: read its output until it exits (or a limit); the result without its verdict
-    (`_verdict`) and its wait status (None: not reaped), after killing and reaping everything it started."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        status, stdout, stderr = _read_output(out_r, err_r, pidfd, limits, start, lambda: _kill_all(state, pid))
-    finally:
-        _kill_all(state, pid)
-        wait_status, cpu = _reap(pid, 5.0, state)
-        os.close(pidfd)
-    result = {"status": status, "stdout": stdout, "stderr": stderr}
-    return result | {"wall_s": time.monotonic() - start, "cpu_s": cpu}, wait_status
-
-
-def _read_output(
-    out_r: int, err_r: int, done_fd: int, limits: dict, start: float, on_done=None
-) -> tuple[str, bytes, bytes]:
-    """Read stdout and stderr (closing them) until both are closed and `done_fd` is readable (the program's pidfd,
-    or I's report), or the wall limit, or the output limit: (`ok`, `timeout` or `output_limit`, stdout, stderr
-    tail). `on_done` runs once `done_fd` is readable (the fallback kills what the program left, closing the pipes).
-    The time limit is CPU time (`limits["timeout"]`, judged by `_verdict`): a neighbour that takes the CPU makes a
-    program slower, not wrong, up to the wall limit (`limits["wall_timeout"]`, by default twice as long), which stops
-    programs that sleep or block."""
-    deadline = start + limits["wall_timeout"]
-    stdout, stderr = bytearray(), bytearray()
-    open_fds = {out_r, err_r}
-    status, done = "ok", False
-    try:
-        while open_fds or not done:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                status = "timeout"
-                break
-            readable, _, _ = select.select([*open_fds, *([] if done else [done_fd])], [], [], remaining)
-            if done_fd in readable:
-                done = True
-                if on_done is not None:
-                    on_done()
-            for fd in (out_r, err_r):
-                if fd not in readable:
-                    continue
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    open_fds.discard(fd)
-                elif fd == out_r:
-                    stdout += chunk
-                else:
-                    stderr = (stderr + chunk)[-STDERR_KEEP:]
-            if len(stdout) > limits["max_output_bytes"]:
-                status = "output_limit"
-                break
-    finally:
-        os.close(out_r)
-        os.close(err_r)
-    return status, bytes(stdout[: limits["max_output_bytes"]]), bytes(stderr)
-
-
-def _verdict(result: dict, wait_status: int | None, limits: dict) -> None:
-    """Set the result's status (when the output was read to its end: `ok` so far) and exit code from the program's
-    wait status (None: it could not be reaped) and the CPU time of all its processes."""
-    if result["status"] == "ok":
-        if wait_status is None:
-            result["status"] = "sandbox_error"
-        elif result["cpu_s"] > limits["timeout"]:
-            result["status"] = "timeout"  # finished (or crashed), but after more CPU time than allowed
-        elif os.WIFSIGNALED(wait_status):
-            result["status"] = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
-        elif os.WEXITSTATUS(wait_status) != 0:
-            result["status"] = "crash"
-    result["exit_code"] = None
-    if wait_status is not None:
-        signalled = os.WIFSIGNALED(wait_status)
-        result["exit_code"] = -os.WTERMSIG(wait_status) if signalled else os.WEXITSTATUS(wait_status)
-
-
 def _own_settings() -> tuple:
     """What a program of the same uid could change in this process from outside: rlimits, nice value, CPUs."""
     limits = tuple(resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource)) if n.startswith("RLIMIT_"))
     return limits, os.getpriority(os.PRIO_PROCESS, 0), tuple(sorted(os.sched_getaffinity(0)))
-
-
-def _error(message: str) -> dict:
-    result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": message.encode()}
-    return {**result, "wall_s": 0.0, "cpu_s": 0.0}
 
 
 def _serve(stdin, out, state: dict) -> None:
@@ -365,13 +197,13 @@ def _serve(stdin, out, state: dict) -> None:
         if job is None:
             return
         if _own_settings() != start_up:
-            result = _error(f"the runner's own limits changed: {_own_settings()} (started with {start_up})")
+            result = error_result(f"the runner's own limits changed: {_own_settings()} (started with {start_up})")
             result["retire"] = True
         else:
             try:
                 result = run_job(job, state)
             except Exception as exc:  # noqa: BLE001 - an error of the sandbox itself: this job's answer, then retire
-                result = _error(repr(exc))
+                result = error_result(repr(exc))
                 result["retire"] = True
             # An unprivileged trainer's programs have the runner's uid outside, and prlimit/setpriority/
             # sched_setaffinity on another process need only that: the result stands, the runner is replaced.
