@@ -1,7 +1,8 @@
-"""The fallback (no namespaces, a root trainer): the runner B runs each program itself, as its runner's own uid, in
-the host's pid namespace and file system, in a work folder of a random name (docs/code-rewards.md says what that
-stops and what it does not). B is the subreaper of the programs' orphans: after each program it kills every process
-of the programs' uid and reaps them, adding up their CPU time. Standard library only.
+"""The fallback (no namespaces, a root trainer): the runner B runs each program itself, as a uid of its runner's
+own (the next of its pool), in the host's pid namespace and file system, in a work folder of a random name
+(docs/code-rewards.md says what that stops and what it does not). B is the subreaper of the programs' orphans: after
+each program it kills every process of the program's uid and reaps them, adding up their CPU time. Standard library
+only.
 """
 
 from __future__ import annotations
@@ -12,19 +13,24 @@ import time
 
 from rewards.code._filesystem import remove_tree
 from rewards.code._outcome import read_output, verdict
-from rewards.code._program import exec_program, stdin_memfd
+from rewards.code._program import exec_program, next_turn, stdin_memfd
 
 
-def run_job(job: dict, state: dict) -> dict:
-    """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`."""
+def run_job(job: dict, state: dict, not_run) -> dict:
+    """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`. Its uid and
+    memory cgroup are the next in the runner's pools (`rewards.code._leftovers`); `not_run()`: the answer when that
+    cgroup's memory did not come back from an earlier program."""
+    turn = state["turn"] = next_turn(state)
+    if turn["memory"] is not None and not state["memory"].drained(turn["memory"]):
+        return not_run()
     workdir = os.path.join(state["work_root"], os.urandom(8).hex())  # a name that counts nothing
     os.mkdir(workdir, 0o700)
     try:
         with open(os.path.join(workdir, "main.py"), "wb") as f:
             f.write(job["program"])
         if state["root"]:
-            os.chown(workdir, state["program_id"], state["program_id"])
-            os.chown(os.path.join(workdir, "main.py"), state["program_id"], state["program_id"])
+            os.chown(workdir, turn["id"], turn["id"])
+            os.chown(os.path.join(workdir, "main.py"), turn["id"], turn["id"])
         stdin_fd = stdin_memfd(job["stdin"])
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -71,7 +77,7 @@ def _kill_all(state: dict, pgid: int) -> None:
         except ProcessLookupError:
             pass
     elif state["root"]:
-        _kill_uid(state["program_id"])
+        _kill_uid(state["turn"]["id"])
     else:
         try:
             os.killpg(pgid, signal.SIGKILL)

@@ -4,28 +4,35 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
 4-byte big-endian length + pickle, as in `rewards._worker`. In order:
 
 1. `B` (this process) unshares a user, mount, network and pid namespace. Unprivileged, it maps its own uid/gid to
-   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 <own id> 1` (only a
-   process with CAP_SETUID outside may map two ids; `program_id_outside`), and waits for `("mapped",)`.
+   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `100000 <its own ids> 63`
+   (only a process with CAP_SETUID outside may map several ids; `rewards.code._leftovers.program_ids_outside`: a
+   pool of ids of this runner's own, one per program in turn), and waits for `("mapped",)`.
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
    program dies with `R`), and waits for it. `R` builds a minimal read-only root (`rewards.code._filesystem`:
    `/usr`, `/lib*`, `/etc`, the interpreters' folders, a few devices; no `/tmp`, `/var`, `/run`, `/dev/shm`,
    `/home` of the host), `pivot_root`s into it and answers `("ready", info)`.
-3. Before each job (after answering the last), `R` prepares the next program's slot (`rewards.code._program`): a
-   stage process `S` unshares a pid and a mount namespace, mounts an empty tmpfs on `/tmp` with the work folder
-   `/tmp/work` in it, and forks `I`, pid 1 of that pid namespace, which waits for the job. Per job `(job_id,
-   program, stdin, limits)`: `I` writes the program, forks it (pid 2; own session, network and IPC namespaces,
-   oom_score_adj 1000, uid/gid 65534, no capabilities, no new privileges, rlimits, a fresh session keyring, the
-   seccomp filter, clean environment, stdin from a memfd), reaps every process of its namespace, kills what is left
-   once the program exits and reports its wait status; `R` reads stdout/stderr up to the output limit, kills `I`
-   (hence the whole namespace) on timeout or overflow, reaps it (its CPU time includes every process it reaped: the
-   program's) and answers `(job_id, result)`. The namespaces and the tmpfs die with `I`: no pid, inode, file or
-   folder name carries anything from one program to the next. After an error of its own, or when its own limits
-   changed, the answer carries `retire` and `R` exits: the trainer starts another runner.
+3. Before each job (after answering the last), `R` prepares the next program's slot (`rewards.code._program`): `I`,
+   pid 1 of a new pid namespace, joins the next of the runner's program memory cgroups, unshares a mount namespace,
+   mounts an empty tmpfs on `/tmp` with the work folder `/tmp/work` in it, and forks the program's process `P` (pid
+   2; own session, network and IPC namespaces, and a root trainer's its own user namespace, where 65534 is the next
+   of the runner's uids outside; oom_score_adj 1000), which waits for the job. Per job `(job_id, program, stdin,
+   limits)`: `R` checks that the slot's memory cgroup holds nothing an earlier program left
+   (`rewards.code._leftovers`) and sends the job; `P` becomes uid/gid 65534 (no capabilities, no new privileges),
+   writes the program and its stdin (a memfd), sets the rlimits, a fresh session keyring and the seccomp filter and
+   execs the program in a clean environment; `I` reaps every process of its namespace, kills what is left once the
+   program exits and reports its wait status; `R` reads stdout/stderr up to the output limit, kills `I` (hence the
+   whole namespace) on timeout or overflow, reaps it (its CPU time includes every process it reaped: the program's),
+   answers `(job_id, result)`, and releases a Unix socket of its own so that the kernel collects what the program
+   left in flight. The namespaces and the tmpfs die with `I`: no pid, inode, file or folder name carries anything
+   from one program to the next, and what it leaves in the kernel is charged to its own cgroup and uid. After an
+   error of its own, or when its own limits changed, the answer carries `retire` and `R` exits: the trainer starts
+   another runner (and runs the job again when `rerun` says it never ran).
 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
-drops to `B`'s own uid (`B` must be root: the fallback is refused otherwise), under the filter (no socket() at all)
-and Landlock where the kernel has it, but in the pid namespace and file system of the host, in a work folder of a
-random name (`rewards.code._fallback`, docs/code-rewards.md). A program's output and verdict: `rewards.code._outcome`.
+drops to one of `B`'s own uids, in turn (`B` must be root: the fallback is refused otherwise), under the filter (no
+socket() at all) and Landlock where the kernel has it, but in the pid namespace and file system of the host, in a
+work folder of a random name (`rewards.code._fallback`, docs/code-rewards.md). A program's output and verdict:
+`rewards.code._outcome`.
 Nothing here imports beyond the standard library (and this package's own modules).
 """
 
@@ -44,12 +51,15 @@ import time
 from rewards.code import _cgroup, _landlock
 from rewards.code._fallback import run_job as fallback_job
 from rewards.code._filesystem import ROOT_FOLDERS, minimal_root
+from rewards.code._leftovers import POOL_IDS_INSIDE, ProgramMemory, program_ids_outside, wake_unix_gc
 from rewards.code._outcome import error_result, read_output, verdict
 from rewards.code._program import (
     CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWPID,
+    CLONE_NEWUSER,
     PR_SET_DUMPABLE,
+    PROGRAM_ID,
     STATUS,
     Slot,
     check,
@@ -58,13 +68,7 @@ from rewards.code._program import (
 from rewards.code._seccomp import ProgramFilter
 
 _HEADER = struct.Struct(">I")
-CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
-PROGRAM_ID = 65534  # uid and gid of every program inside its user namespace (nobody/nogroup)
-# Outside (root trainer), each runner's programs get uid/gid OWN_IDS_BASE + the runner's pid: a live pid is
-# unique, so no host process and no other runner shares it (its key quota, process count, signals). The range
-# 0x70000000-0x7FFDFFFF is one that systemd leaves unused (docs/UIDS-GIDS.md), above every container range.
-OWN_IDS_BASE = 0x70000000
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -90,11 +94,6 @@ def _receive(stream):
         return None
     payload = _read_exact(stream, _HEADER.unpack(header)[0])
     return None if payload is None else pickle.loads(payload)
-
-
-def program_id_outside(runner_pid: int) -> int:
-    """The uid and gid that the programs of runner `runner_pid` have outside (a root trainer's runners)."""
-    return OWN_IDS_BASE + runner_pid
 
 
 def _write(path: str, text: str) -> None:
@@ -130,9 +129,7 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
 def run_job(job: dict, state: dict) -> dict:
     """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`."""
     if state["mode"] == "namespaces":
-        # The inits of earlier programs that have exited (the last one tears its namespaces down meanwhile, off the
-        # critical path): reaped, never waited for.
-        state["exiting"] = [init for init in state.get("exiting", []) if os.waitpid(init, os.WNOHANG)[0] == 0]
+        _reap_exited(state)
         slot = state.pop("slot", None) or prepare_slot(state)
         try:
             return _run_in_slot(job, slot, state)
@@ -140,7 +137,20 @@ def run_job(job: dict, state: dict) -> dict:
             slot.close()
             if slot.init is not None:
                 state["exiting"].append(slot.init)  # it reported: it exits now
-    return fallback_job(job, state)
+    return fallback_job(job, state, memory_not_back)
+
+
+def _reap_exited(state: dict) -> None:
+    """The inits of earlier programs that have exited (the last one tears its namespaces down meanwhile, off the
+    critical path): reaped, never waited for."""
+    state["exiting"] = [init for init in state.get("exiting", []) if os.waitpid(init, os.WNOHANG)[0] == 0]
+
+
+def memory_not_back() -> dict:
+    """The answer to a job that did not run: what an earlier program left in its memory cgroup did not come back
+    (`rewards.code._leftovers`); the runner retires and the trainer runs the job again on a fresh runner."""
+    message = "sandbox: an earlier program's memory did not come back to this runner; the job runs on a fresh one"
+    return {**error_result(message), "retire": True, "rerun": True}
 
 
 def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
@@ -149,6 +159,8 @@ def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
     failure = slot.ready()
     if failure is not None:
         return error_result(failure)
+    if slot.memory is not None and not state["memory"].drained(slot.memory, lambda: _reap_exited(state)):
+        return memory_not_back()
     start = time.monotonic()
     try:
         with os.fdopen(os.dup(slot.fds["job"]), "wb") as job_w:
@@ -186,8 +198,8 @@ def _serve(stdin, out, state: dict) -> None:
     """Answer jobs until the trainer closes stdin, or until the runner itself may be damaged: after an error of its
     own, it answers `retire` and exits, so that the trainer replaces it instead of sending it more jobs."""
     info = {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}
-    info |= {"program_uid": state["program_uid"], "landlock": state["landlock"], "cgroup": state["cgroup"]}
-    info |= {"memory_cgroup": state["memory_cgroup"]}
+    info |= {"program_uid": state["program_uids"][0], "program_uids": state["program_uids"]}
+    info |= {"landlock": state["landlock"], "cgroup": state["cgroup"], "memory_cgroup": state["memory_cgroup"]}
     _send(out, ("ready", info))
     start_up = _own_settings()
     if state["mode"] == "namespaces":
@@ -212,6 +224,30 @@ def _serve(stdin, out, state: dict) -> None:
         _send(out, (job["id"], result))
         if result.get("retire"):
             return
+        wake_unix_gc()  # what the program left in flight is freed now, while the trainer reads the answer
+
+
+def _join_cgroups(cgroups: dict) -> dict:
+    """Join the runner's cgroups (`rewards.code._cgroup`; before anything forks: R and its children start there) and
+    open its programs' memory cgroups; the state entries: `cgroup` (CPU), `memory_cgroup` (its own), `memory`
+    (`ProgramMemory`, or None: no memory cgroup, and the filter refuses what only one would see)."""
+    joined = []
+    for path in cgroups["join"]:
+        try:
+            _cgroup.join(path)
+            joined.append(path)
+        except OSError:
+            pass
+    cpu = cgroups["cpu"]
+    if cpu is not None and not any(cpu in (path, os.path.dirname(path)) for path in joined):
+        cpu = None  # on v2 the runner joins a leaf under its CPU cgroup
+    memory = None
+    if cgroups["memory"] in joined and cgroups["programs"]:
+        try:
+            memory = ProgramMemory(cgroups["programs"], cgroups["version"])
+        except OSError:
+            pass
+    return {"cgroup": cpu, "memory_cgroup": cgroups["memory"] if memory else None, "memory": memory}
 
 
 def main() -> None:
@@ -224,22 +260,20 @@ def main() -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() == 1:
             os._exit(0)
-    cgroups = dict(config["cgroups"])
-    for path in sorted({path for path in cgroups.values() if path is not None}):
-        try:
-            _cgroup.join(path)  # before anything forks: R and every program start in it
-        except OSError:
-            cgroups = {controller: None if p == path else p for controller, p in cgroups.items()}
     root, uid = os.geteuid() == 0, os.geteuid()
-    state = {"cgroup": cgroups["cpu"], "memory_cgroup": cgroups["memory"], "mode": "fallback", "root": root}
-    state["extra_processes"] = 0
+    state = {"mode": "fallback", "root": root, "extra_processes": 0, **_join_cgroups(config["cgroups"])}
     try:  # the host's /proc, kept open for each program to set its own oom_score_adj (R's root has no /proc)
         state["proc"] = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         _send(out, ("unavailable", f"no /proc: {exc}", "isolation"))
         return
     state["work_root"] = config["fallback_dir"]
-    state |= {"program_id": PROGRAM_ID, "program_uid": program_id_outside(os.getpid()) if root else uid}
+    # Each program's uid, in turn (rewards.code._leftovers): as the runner's namespace names them (a root trainer's
+    # map them to program_ids_outside), or, unprivileged, the one uid the kernel lets it map.
+    outside = list(program_ids_outside(os.getpid())) if root else [uid]
+    state |= {"program_uids": outside, "program_ids": [POOL_IDS_INSIDE + i for i in range(len(outside))]}
+    if not root:
+        state["program_ids"] = [PROGRAM_ID]
     state |= {"landlock": 0, "readable": [f"/{name}" for name in ROOT_FOLDERS] + config["expose"]}
     try:
         state["mode"] = _unshare(stdin, out, config.get("no_namespaces", False))
@@ -252,19 +286,21 @@ def main() -> None:
             _send(out, ("unavailable", reason, "namespaces"))
             return
         state["unshare_error"] = str(exc)
-        state["program_id"] = state["program_uid"]  # no user namespace: this runner's own uid, as is
+        state["program_ids"] = state["program_uids"]  # no user namespace: the runner's own uids, as they are
         state["landlock"] = _landlock.abi_version()
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a program come back to B, to be reaped
     try:  # by whether the program has an IPC namespace of its own (always, with namespaces)
-        namespaces, accounted = state["mode"] == "namespaces", state["memory_cgroup"] is not None
-        state["filters"] = {ipc: ProgramFilter(namespaces, accounted, private_ipc=ipc) for ipc in (True, False)}
+        namespaces, accounted = state["mode"] == "namespaces", state["memory"] is not None
+        # Unix sockets only where each program has a uid of its own: a file left in flight counts against its uid.
+        options = {"accounted_memory": accounted, "unix_sockets": len(state["program_uids"]) > 1}
+        state["filters"] = {ipc: ProgramFilter(namespaces, private_ipc=ipc, **options) for ipc in (True, False)}
     except OSError as exc:
         _send(out, ("unavailable", str(exc), "isolation"))
         return
     if state["mode"] == "namespaces":
-        # Unprivileged, B, R, the program's init I, the next program's and the last one's (exiting) share uid 65534
-        # of the namespace with the programs and count towards its process limit.
-        state["extra_processes"] = 0 if root else 5
+        # Unprivileged, B, R, the program's init I, the next program's init and process, and the last one's init
+        # (exiting) share uid 65534 of the namespace with the programs and count towards its process limit.
+        state["extra_processes"] = 0 if root else 6
         child = os.fork()
         if child:  # B: wait for R, then leave with it
             os.close(stdin.fileno())

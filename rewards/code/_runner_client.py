@@ -15,7 +15,7 @@ from multiprocessing.connection import wait as wait_readable
 from pathlib import Path
 
 from rewards.code import _cgroup
-from rewards.code._runner import PROGRAM_ID, program_id_outside
+from rewards.code._leftovers import IDS_PER_RUNNER, POOL_IDS_INSIDE, program_ids_outside
 
 _HEADER = struct.Struct(">I")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -45,23 +45,23 @@ class NamespacesUnavailable(SandboxUnavailable):
 
 
 def _write_id_maps(pid: int) -> None:
-    """Root outside: map root (the runner) and the programs' 65534 inside (to an id of this runner's own outside)
-    into the runner's new user namespace."""
+    """Root outside: map root (the runner) and the programs' ids (`rewards.code._leftovers`: a pool of this runner's
+    own outside, which each program's own user namespace maps its 65534 to, in turn) into the runner's new user
+    namespace."""
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{name}", "w") as f:
-            f.write(f"0 0 1\n{PROGRAM_ID} {program_id_outside(pid)} 1\n")
+            f.write(f"0 0 1\n{POOL_IDS_INSIDE} {program_ids_outside(pid)[0]} {IDS_PER_RUNNER}\n")
 
 
 class _Runner:
     """One runner process (see `rewards.code._runner`), talking over its stdin/stdout."""
 
     def __init__(self, config: dict) -> None:
-        # A CPU and a memory cgroup of its own where the machine allows them (rewards.code._cgroup); it joins them.
+        # Its CPU and memory cgroups, and its programs' memory cgroups, where the machine allows them
+        # (rewards.code._cgroup); it joins its own.
         name = f"{_cgroup.PREFIX}{os.getpid()}-{next(_cgroup_names)}"
         no_cgroups = config["no_cgroup"]
-        self.cgroups = (
-            dict.fromkeys(_cgroup.CONTROLLERS) if no_cgroups else _cgroup.runner_cgroups(name, config["memory_bytes"])
-        )
+        self.cgroups = _cgroup.no_cgroups() if no_cgroups else _cgroup.runner_cgroups(name, config["memory_bytes"])
         config = {**config, "die_with_parent": threading.current_thread() is threading.main_thread()}
         config["cgroups"] = self.cgroups
         self.process = subprocess.Popen(
@@ -157,7 +157,7 @@ class _Runner:
             wait_readable(r_pidfds, 10)  # a pidfd turns readable when its process has exited
         for fd in r_pidfds:
             os.close(fd)
-        for path in {path for path in self.cgroups.values() if path is not None}:
+        for path in self.cgroups["folders"]:  # deepest first
             _cgroup.remove(path)
 
 
