@@ -180,34 +180,21 @@ def test_the_cpu_cgroup_folder_is_found_on_v1_hybrid_and_v2_machines():
     assert find_cpu_folder("0::/\n", V2_MOUNTS, lambda f: True) == ("/sys/fs/cgroup", 2)
 
 
-def test_a_v2_runner_cgroup_gets_one_cpu_a_memory_limit_per_program_and_stale_ones_go(tmp_path, monkeypatch):
-    """The files a cgroup v2 runner cgroup is made of (this machine's kernel may offer only v1): one CPU's quota for
-    the runner and its programs, and since issue 52 a memory cgroup for the runner and one for each of its programs
-    in turn, each with the limit; the runner lives in a leaf (a v2 cgroup whose children have a controller holds no
-    process)."""
+def test_a_v2_runner_cgroup_gets_one_cpu_a_memory_limit_and_stale_ones_go(tmp_path, monkeypatch):
+    """The files a cgroup v2 runner cgroup is made of (this machine's kernel may offer only v1)."""
     from rewards.code import _cgroup
 
     (tmp_path / "cgroup.subtree_control").write_text("memory\n")
-    (tmp_path / "drgrpo-runner-999999999-0" / "program-0").mkdir(parents=True)  # a gone trainer's (pid > pid_max)
+    (tmp_path / "drgrpo-runner-999999999-0").mkdir()  # left by a trainer that is gone (pid beyond pid_max)
     (tmp_path / "drgrpo-runner-1-0").mkdir()  # pid 1 lives: not stale
     monkeypatch.setattr(_cgroup, "controller_folder", lambda controller: (str(tmp_path), 2))
     cgroups = _cgroup.runner_cgroups("drgrpo-runner-7-0", 640 << 20)
     path = tmp_path / "drgrpo-runner-7-0"
-    leaves = [str(path / name) for name in ("runner", "program-0", "program-1")]
-    assert cgroups == {
-        "cpu": str(path),
-        "memory": leaves[0],
-        "programs": leaves[1:],
-        "version": 2,
-        "join": [leaves[0]],  # one tree for both controllers on v2
-        "folders": [*leaves, str(path)],
-    }
+    assert cgroups == {"cpu": str(path), "memory": str(path)}  # one folder for both controllers on v2
     assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"  # memory was enabled already
-    assert (path / "cgroup.subtree_control").read_text() == "+memory"
     assert (path / "cpu.max").read_text() == "100000 100000"
-    for leaf in leaves:
-        assert Path(leaf, "memory.max").read_text() == str(640 << 20)
-        assert Path(leaf, "memory.swap.max").read_text() == "0"
+    assert (path / "memory.max").read_text() == str(640 << 20)
+    assert (path / "memory.swap.max").read_text() == "0"
     assert sorted(p.name for p in tmp_path.glob("drgrpo-runner-*")) == ["drgrpo-runner-1-0", "drgrpo-runner-7-0"]
 
 

@@ -6,15 +6,12 @@ Each runner (and so each program: one at a time) gets a cgroup of its own beside
   one CPU (`cpu.max` on cgroup v2, `cpu.cfs_quota_us` on v1). A program whose fifteen children spin then takes one
   runner's share, not fifteen; `setsid` (refused by the seccomp filter anyway) gains nothing, as scheduler
   autogroups only apply in the root cgroup.
-- `memory`: a folder holding `runner` (the runner itself) and `program-0` ... `program-{PROGRAM_CGROUPS - 1}`, which
-  its programs take in turn (issue 52: each program's memory is accounted apart, so that what one leaves charged,
-  e.g. files kept in flight past its end, never counts against the next; `rewards.code._leftovers` checks that a
-  program cgroup's memory came back before it is taken again). Each has a limit (`memory.max` on v2,
-  `memory.limit_in_bytes` on v1; swap the same, where it is accounted) of the program's `memory_mb` + its /tmp
-  tmpfs + `RUNNER_MEMORY_MB` (the runner's share before issue 52, now the headroom for a program cgroup's init and
-  what the last program there left uncollected). It counts what the address-space limit does not: the pages of
-  memfds, SysV segments and /tmp files, which no process's RSS shows; past it the kernel's OOM killer acts inside
-  the cgroup, on the program first (its `oom_score_adj` is 1000).
+- `memory`: a limit (`memory.max` on v2, `memory.limit_in_bytes` on v1; swap the same, where it is accounted) of
+  the program's `memory_mb` + its /tmp tmpfs + `RUNNER_MEMORY_MB` for the runner itself. It counts what the
+  address-space limit does not: the pages of memfds, SysV segments and /tmp files, which no process's RSS shows;
+  past it the kernel's OOM killer acts inside the cgroup, on the program first (its `oom_score_adj` is 1000). What a
+  program leaves charged there after its end (files kept in flight) is collected before the next program runs
+  (`rewards.code._leftovers`), so each program has the limit to itself.
 
 Possible where the cgroup folders are writable (a root trainer on most machines; a systemd delegation) and, on v2,
 where the controllers can be enabled for the trainer's cgroup's children (the kernel refuses that in a cgroup that
@@ -30,9 +27,8 @@ import os
 import time
 
 CPU_PERIOD_US = 100_000  # quota of one CPU: CPU_PERIOD_US of CPU time per CPU_PERIOD_US of wall time
-RUNNER_MEMORY_MB = 64  # a program cgroup's headroom: its init (~5 MiB), kernel memory, an earlier program's leftovers
+RUNNER_MEMORY_MB = 64  # the runner's own share of its memory limit: B and R (~25 MiB), kernel memory, headroom
 CONTROLLERS = ("cpu", "memory")
-PROGRAM_CGROUPS = 2  # one program runs in one while the last one's leftovers are collected in the other
 PREFIX = "drgrpo-runner-"
 
 
@@ -109,19 +105,12 @@ def _settings(controller: str, version: int, memory_bytes: int) -> list[tuple[st
     ]
 
 
-def no_cgroups() -> dict:
-    """What `runner_cgroups` gives where the machine allows none."""
-    return {"cpu": None, "memory": None, "programs": [], "version": None, "join": [], "folders": []}
-
-
-def runner_cgroups(name: str, memory_bytes: int) -> dict:
-    """Create the cgroups of runner `name` beside the trainer's, where the machine allows them (see the module's
-    docstring). Returns `cpu`: the folder whose quota the runner and its programs share; `memory`: the runner's own
-    memory cgroup; `programs`: its programs' memory cgroups; `version`: the memory controller's cgroup version;
-    `join`: the folders the runner joins; `folders`: every folder made, deepest first (None or [] where the machine
-    does not allow it). On v2 both controllers share one tree, whose processes live in its leaves."""
+def runner_cgroups(name: str, memory_bytes: int) -> dict[str, str | None]:
+    """Create the cgroup `name` beside the trainer's for each controller (one CPU's quota, default weight; a limit
+    of `memory_bytes`); controller -> its folder, or None where the machine does not allow it. On v2 both
+    controllers share one folder."""
     found = {c: controller_folder(c) for c in CONTROLLERS}
-    cgroups = no_cgroups()
+    cgroups: dict[str, str | None] = dict.fromkeys(CONTROLLERS)
     for parent, version in sorted({f for f in found.values() if f is not None}):
         path = os.path.join(parent, name)
         remove_stale(parent)
@@ -130,54 +119,20 @@ def runner_cgroups(name: str, memory_bytes: int) -> dict:
         except OSError:
             continue
         controllers = [c for c in CONTROLLERS if found[c] == (parent, version)]
-        enabled = _enable(parent, controllers) if version == 2 else controllers
-        made, join = [path], path
-        if "cpu" in enabled and _configure(path, "cpu", version, memory_bytes):
-            cgroups["cpu"] = path
-        if "memory" in enabled:
-            children = _memory_children(path, version, memory_bytes)
-            if children:
-                cgroups.update(memory=children[0], programs=children[1:], version=version)
-                made, join = [*children, path], children[0]
-        if made == [path] and cgroups["cpu"] != path:
-            remove(path)
-            continue
-        cgroups["join"].append(join)
-        cgroups["folders"] = made + cgroups["folders"]
-    return cgroups
-
-
-def _configure(path: str, controller: str, version: int, memory_bytes: int) -> bool:
-    """Write `controller`'s settings into the cgroup at `path`; whether it worked."""
-    try:
-        for file, value, required in _settings(controller, version, memory_bytes):
+        for controller in _enable(parent, controllers) if version == 2 else controllers:
             try:
-                _write(os.path.join(path, file), value)
-            except FileNotFoundError:
-                if required:
-                    raise
-        return True
-    except OSError:
-        return False
-
-
-def _memory_children(path: str, version: int, memory_bytes: int) -> list[str]:
-    """`runner` and the program cgroups under `path`, each limited to `memory_bytes`; [] (and none left) where the
-    machine refuses one."""
-    made: list[str] = []
-    try:
-        if version == 2:  # a v2 cgroup whose children have a controller holds no process itself: they live in `runner`
-            _write(os.path.join(path, "cgroup.subtree_control"), "+memory")
-        for child in ("runner", *(f"program-{k}" for k in range(PROGRAM_CGROUPS))):
-            made.append(os.path.join(path, child))
-            os.mkdir(made[-1])
-            if not _configure(made[-1], "memory", version, memory_bytes):
-                raise OSError(f"cannot limit the memory of {made[-1]}")
-        return made
-    except OSError:
-        for folder in reversed(made):
-            remove(folder, wait_s=0.0)
-        return []
+                for file, value, required in _settings(controller, version, memory_bytes):
+                    try:
+                        _write(os.path.join(path, file), value)
+                    except FileNotFoundError:
+                        if required:
+                            raise
+                cgroups[controller] = path
+            except OSError:
+                pass
+        if path not in cgroups.values():
+            remove(path)
+    return cgroups
 
 
 def _enable(parent: str, controllers: list[str]) -> list[str]:
@@ -229,16 +184,6 @@ def remove_stale(parent: str) -> None:
         try:
             os.kill(int(name[len(PREFIX) :].split("-")[0]), 0)
         except ProcessLookupError:
-            path = os.path.join(parent, name)
-            for child in _subfolders(path):
-                remove(child, wait_s=0.0)
-            remove(path, wait_s=0.0)
+            remove(os.path.join(parent, name), wait_s=0.0)
         except (ValueError, PermissionError):
             pass
-
-
-def _subfolders(path: str) -> list[str]:
-    try:
-        return [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
-    except OSError:
-        return []

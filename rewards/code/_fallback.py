@@ -17,11 +17,11 @@ from rewards.code._program import exec_program, next_turn, stdin_memfd
 
 
 def run_job(job: dict, state: dict, not_run) -> dict:
-    """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`. Its uid and
-    memory cgroup are the next in the runner's pools (`rewards.code._leftovers`); `not_run()`: the answer when that
-    cgroup's memory did not come back from an earlier program."""
+    """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`. Its uid is the
+    next of the runner's (`rewards.code._leftovers`); `not_run()`: the answer when what an earlier program left in
+    the runner's memory cgroup did not come back."""
     turn = state["turn"] = next_turn(state)
-    if turn["memory"] is not None and not state["memory"].drained(turn["memory"]):
+    if state["memory"] is not None and not state["memory"].drained():
         return not_run()
     workdir = os.path.join(state["work_root"], os.urandom(8).hex())  # a name that counts nothing
     os.mkdir(workdir, 0o700)

@@ -3,22 +3,24 @@
 A program can keep files alive past its end without any process holding them: sent over a Unix socket and then the
 socket sent into its own queue, they are "in flight", referenced only by a cycle of socket queues. The kernel frees
 such files only when its Unix-socket garbage collector runs, which it does when some Unix socket is released. Until
-then they stay charged where they were made: their pages to the program's memory cgroup (the fifth red team left
+then they stay charged where they were made: their pages to the runner's memory cgroup (the fifth red team left
 540 MiB of memfds there, and the next programs of the runner were OOM-killed: a correct program scored 0), and the
 pipe buffer pages and in-flight descriptors they count against their uid outside (`fs.pipe-user-pages-soft`,
 `RLIMIT_NOFILE`'s `ETOOMANYREFS`), a bit that the next program of the same uid could read. So:
 
 - each program gets its own uid outside, in turn from a pool of `IDS_PER_RUNNER` per runner (`program_ids_outside`:
   a live runner's pid makes them its own), so two programs of a runner share one only `IDS_PER_RUNNER` programs
-  apart; with namespaces, a user namespace of the program's own maps its uid 65534 to the turn's id, so inside
-  every program is still 65534 and learns nothing from which id it got;
-- each program gets its own memory cgroup, in turn from the runner's `PROGRAM_CGROUPS` (`rewards.code._cgroup`),
-  joined by its init before the job arrives (`ProgramMemory.join`);
+  apart. With namespaces, a user namespace whose 65534 is that id holds the program (`rewards.code._program`: made
+  by the first program of each id, kept by the runner and entered by the later ones), so inside every program is
+  still 65534 and learns nothing from which id it got;
 - after each program the runner releases a Unix socket of its own (`wake_unix_gc`), so the collector runs then,
   not whenever another process of the machine happens to release one;
-- before a program cgroup is taken again, what the last program left there must be back below `LEFTOVER_BYTES`
-  (`ProgramMemory.drained`): usually long done; else the runner wakes the collector again and waits up to
-  `DRAIN_WAIT_S`, and if it is still not back it retires, and the trainer runs the job again on a fresh runner.
+- before the next program starts, what the runner's memory cgroup holds beyond page cache must be back below
+  `LEFTOVER_BYTES` (`RunnerMemory.drained`): usually it is at once; else the runner wakes the collector again and
+  waits up to `DRAIN_WAIT_S`, and if it does not come back the runner retires, and the trainer runs the job again
+  on a fresh runner. So each program has the memory limit to itself, whatever ran before it. (A memory cgroup per
+  program was tried first: moving each program's init into its own cgroup makes every fork of the machine wait on
+  cgroup v1's threadgroup lock, and cost 0-6% of the throughput of short programs here; this check moves nothing.)
 
 Where programs cannot have a uid of their own (an unprivileged trainer: the kernel lets it map only its own uid),
 the seccomp filter refuses them Unix sockets instead (`rewards.code._seccomp`): no file can be put in flight.
@@ -36,8 +38,11 @@ OWN_IDS_BASE = 0x70000000  # a range systemd leaves unused (docs/UIDS-GIDS.md), 
 # Ids outside per runner: OWN_IDS_BASE + pid * 63 + 62 < 0x7FFE0000 for every pid (pid_max is at most 2^22).
 IDS_PER_RUNNER = 63
 POOL_IDS_INSIDE = 100_000  # the same ids in the runner's user namespace (a root trainer's): 100000 ... 100062
-LEFTOVER_BYTES = 32 << 20  # half of a program cgroup's headroom (rewards.code._cgroup.RUNNER_MEMORY_MB)
-DRAIN_WAIT_S = 2.0  # how long the runner waits for a program cgroup's memory before it retires
+# What the runner's memory cgroup may hold beyond page cache when a program starts: the runner itself (B and R,
+# about 5 MiB), the slot prepared for the next program, and at most what is left of its 64 MiB share: so the program
+# always has its memory_mb and /tmp (rewards.code._cgroup.RUNNER_MEMORY_MB).
+LEFTOVER_BYTES = 32 << 20
+DRAIN_WAIT_S = 2.0  # how long the runner waits for an earlier program's memory before it retires
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -57,46 +62,36 @@ def wake_unix_gc() -> None:
         os.close(fds[1])
 
 
-class ProgramMemory:
-    """The runner's program memory cgroups (`rewards.code._cgroup`), opened before its root is replaced (its own
-    root has no /sys): joined by each program's init, read by the runner before one is taken again."""
+class RunnerMemory:
+    """The runner's memory cgroup (`rewards.code._cgroup`), opened before its root is replaced (its own root has no
+    /sys): read before each program, to tell what an earlier program left charged there."""
 
-    def __init__(self, folders: list[str], version: int) -> None:
-        self.fds = [os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for folder in folders]
-        self.usage_file = "memory.usage_in_bytes" if version == 1 else "memory.current"
+    def __init__(self, folder: str) -> None:
+        self.fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        v1 = os.path.exists(os.path.join(folder, "memory.usage_in_bytes"))
+        self.usage_file = "memory.usage_in_bytes" if v1 else "memory.current"
 
-    def __len__(self) -> int:
-        return len(self.fds)
-
-    def join(self, index: int) -> None:
-        """Move the calling process into program cgroup `index` (what it starts from then on is charged there)."""
-        fd = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=self.fds[index])
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
-
-    def _read(self, index: int, name: str) -> str:
-        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fds[index])
+    def _read(self, name: str) -> str:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
         try:
             return os.read(fd, 1 << 16).decode()
         finally:
             os.close(fd)
 
-    def leftover(self, index: int) -> int:
-        """Bytes charged to program cgroup `index` that reclaim cannot take back: its usage, less the page cache of
-        files (the system folders a program read stay cached, and charged where they were first read)."""
-        usage = int(self._read(index, self.usage_file))
+    def leftover(self) -> int:
+        """Bytes charged to the cgroup that reclaim cannot take back: its usage, less the page cache of files (the
+        system folders a program read stay cached, and charged where they were first read)."""
+        usage = int(self._read(self.usage_file))
         if usage <= LEFTOVER_BYTES:
             return usage
-        stat = dict(line.split() for line in self._read(index, "memory.stat").splitlines() if line.count(" ") == 1)
+        stat = dict(line.split() for line in self._read("memory.stat").splitlines() if line.count(" ") == 1)
         return usage - int(stat.get("inactive_file", 0)) - int(stat.get("active_file", 0))
 
-    def drained(self, index: int, between=None) -> bool:
-        """Whether what was charged to program cgroup `index` is back below `LEFTOVER_BYTES` (waking the collector
-        and calling `between()` meanwhile, up to `DRAIN_WAIT_S`)."""
+    def drained(self, between=None) -> bool:
+        """Whether what the cgroup holds is below `LEFTOVER_BYTES` (waking the collector and calling `between()`,
+        e.g. reaping the last program's init, meanwhile, up to `DRAIN_WAIT_S`)."""
         deadline = time.monotonic() + DRAIN_WAIT_S
-        while self.leftover(index) > LEFTOVER_BYTES:
+        while self.leftover() > LEFTOVER_BYTES:
             if time.monotonic() > deadline:
                 return False
             wake_unix_gc()
@@ -104,8 +99,3 @@ class ProgramMemory:
                 between()
             time.sleep(0.002)
         return True
-
-    def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []

@@ -51,7 +51,7 @@ import time
 from rewards.code import _cgroup, _landlock
 from rewards.code._fallback import run_job as fallback_job
 from rewards.code._filesystem import ROOT_FOLDERS, minimal_root
-from rewards.code._leftovers import POOL_IDS_INSIDE, ProgramMemory, program_ids_outside, wake_unix_gc
+from rewards.code._leftovers import POOL_IDS_INSIDE, RunnerMemory, program_ids_outside, wake_unix_gc
 from rewards.code._outcome import error_result, read_output, verdict
 from rewards.code._program import (
     CLONE_NEWNET,
@@ -156,10 +156,10 @@ def memory_not_back() -> dict:
 def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
     """R's side of one program in its slot: send the job to I, prepare the next slot while the program runs, read
     the output, and I's report (the program's wait status and CPU time)."""
-    failure = slot.ready()
+    failure = slot.ready(state)
     if failure is not None:
         return error_result(failure)
-    if slot.memory is not None and not state["memory"].drained(slot.memory, lambda: _reap_exited(state)):
+    if state["memory"] is not None and not state["memory"].drained(lambda: _reap_exited(state)):
         return memory_not_back()
     start = time.monotonic()
     try:
@@ -228,26 +228,22 @@ def _serve(stdin, out, state: dict) -> None:
 
 
 def _join_cgroups(cgroups: dict) -> dict:
-    """Join the runner's cgroups (`rewards.code._cgroup`; before anything forks: R and its children start there) and
-    open its programs' memory cgroups; the state entries: `cgroup` (CPU), `memory_cgroup` (its own), `memory`
-    (`ProgramMemory`, or None: no memory cgroup, and the filter refuses what only one would see)."""
-    joined = []
-    for path in cgroups["join"]:
+    """Join the runner's cgroups (`rewards.code._cgroup`; before anything forks: R and every program start in them);
+    the state entries: `cgroup` (CPU), `memory_cgroup`, and `memory` (`RunnerMemory`, read before each program; None
+    without a memory cgroup, where the filter refuses what only one would see)."""
+    cgroups = dict(cgroups)
+    for path in sorted({path for path in cgroups.values() if path is not None}):
         try:
             _cgroup.join(path)
-            joined.append(path)
         except OSError:
-            pass
-    cpu = cgroups["cpu"]
-    if cpu is not None and not any(cpu in (path, os.path.dirname(path)) for path in joined):
-        cpu = None  # on v2 the runner joins a leaf under its CPU cgroup
+            cgroups = {controller: None if p == path else p for controller, p in cgroups.items()}
     memory = None
-    if cgroups["memory"] in joined and cgroups["programs"]:
+    if cgroups["memory"] is not None:
         try:
-            memory = ProgramMemory(cgroups["programs"], cgroups["version"])
+            memory = RunnerMemory(cgroups["memory"])
         except OSError:
-            pass
-    return {"cgroup": cpu, "memory_cgroup": cgroups["memory"] if memory else None, "memory": memory}
+            cgroups["memory"] = None
+    return {"cgroup": cgroups["cpu"], "memory_cgroup": cgroups["memory"], "memory": memory}
 
 
 def main() -> None:
@@ -316,5 +312,6 @@ def main() -> None:
         state["tmpfs"] = config["tmpfs"]
         # R's own pid namespace, to which its children return after each program's (rewards.code._program).
         state["pid_namespace"] = os.open("thread-self/ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=state["proc"])
+        state["user_namespaces"] = {}  # a root trainer's: index in the uid pool -> its user namespace (kept)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
     _serve(stdin, out, state)

@@ -46,7 +46,7 @@ class NamespacesUnavailable(SandboxUnavailable):
 
 def _write_id_maps(pid: int) -> None:
     """Root outside: map root (the runner) and the programs' ids (`rewards.code._leftovers`: a pool of this runner's
-    own outside, which each program's own user namespace maps its 65534 to, in turn) into the runner's new user
+    own outside, one per program in turn, each the 65534 of a user namespace of its own) into the runner's new user
     namespace."""
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{name}", "w") as f:
@@ -57,11 +57,12 @@ class _Runner:
     """One runner process (see `rewards.code._runner`), talking over its stdin/stdout."""
 
     def __init__(self, config: dict) -> None:
-        # Its CPU and memory cgroups, and its programs' memory cgroups, where the machine allows them
-        # (rewards.code._cgroup); it joins its own.
+        # A CPU and a memory cgroup of its own where the machine allows them (rewards.code._cgroup); it joins them.
         name = f"{_cgroup.PREFIX}{os.getpid()}-{next(_cgroup_names)}"
         no_cgroups = config["no_cgroup"]
-        self.cgroups = _cgroup.no_cgroups() if no_cgroups else _cgroup.runner_cgroups(name, config["memory_bytes"])
+        self.cgroups = (
+            dict.fromkeys(_cgroup.CONTROLLERS) if no_cgroups else _cgroup.runner_cgroups(name, config["memory_bytes"])
+        )
         config = {**config, "die_with_parent": threading.current_thread() is threading.main_thread()}
         config["cgroups"] = self.cgroups
         self.process = subprocess.Popen(
@@ -157,7 +158,7 @@ class _Runner:
             wait_readable(r_pidfds, 10)  # a pidfd turns readable when its process has exited
         for fd in r_pidfds:
             os.close(fd)
-        for path in self.cgroups["folders"]:  # deepest first
+        for path in {path for path in self.cgroups.values() if path is not None}:
             _cgroup.remove(path)
 
 
