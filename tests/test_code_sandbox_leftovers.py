@@ -11,7 +11,8 @@ mode this machine offers (namespaces and the fallback, each with and without the
 unprivileged trainer). Each check below failed on the sandbox before issue 52 (the commit message has the probe's
 output) and passes now: the correct programs after the leak crashed with SIGKILL, the runner still held 301-304 MiB,
 the receiver read every bit, and three programs in a row had one uid outside. The last tests check the pieces
-without a sandbox: when a program cgroup counts as back, and the job that runs again on a fresh runner when not.
+without a sandbox: when the runner's memory cgroup counts as back, and the job that runs again on a fresh runner
+when not.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class NamespacesUnavailable(SandboxUnavailable):
 
 def _write_id_maps(pid: int) -> None:
     """Root outside: map root (the runner) and the programs' ids (`rewards.code._leftovers`: a pool of this runner's
-    own outside, one per program in turn, each the 65534 of a user namespace of its own) into the runner's new user
+    own outside, one per program in turn, each the 65534 of a user namespace kept for it) into the runner's new user
     namespace."""
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{name}", "w") as f:

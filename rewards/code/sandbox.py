@@ -13,15 +13,15 @@ What a program gets (docs/code-rewards.md has the full list of guarantees and no
   (/usr, /lib*, /etc, the interpreter, a few devices: no folder of the host where others create files or sockets,
   no repository);
 - a fresh working folder on a private tmpfs of `max_files` inodes (deleted after the test), an empty environment
-  (PATH, HOME, LANG only), stdin from the test; where the machine allows them, a CPU cgroup per runner and a
-  memory cgroup per program (what a program leaves in the kernel, e.g. files in flight, is never charged to the
-  next: `rewards.code._leftovers`);
+  (PATH, HOME, LANG only), stdin from the test; where the machine allows them, a CPU and a memory cgroup per
+  runner (what a program leaves in the kernel, e.g. files in flight, is collected before the next program runs,
+  never charged to it: `rewards.code._leftovers`);
 - limits: CPU seconds of all its processes (`timeout`), wall seconds (twice that), address space (and memory in
   all, with a memory cgroup), processes/threads, open files, file size, files, output.
 
 Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
 and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
-`allow_network_fallback` is set and the trainer is root; then programs run as their runner's own uid under the
+`allow_network_fallback` is set and the trainer is root; then programs run as their runner's own uids under the
 same rlimits and filter (which then refuses every socket()), Landlock limiting the files they may open where the
 kernel has it, in the host's pid namespace and file system; a warning says once what that does not stop.
 """
