@@ -64,6 +64,7 @@ CODE_COUNTER_WORDS = {
     "unusable_tests": "problems with unusable tests (None)",
     "no_code": "completions without a code block (0)",
     "check_errors": "checks that raised (a failed test)",
+    "check_timeouts": "completions whose comparison ran past code_check_timeout (their other tests failed)",
 }
 
 

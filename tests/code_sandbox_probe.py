@@ -164,8 +164,8 @@ def accepted_any(listeners: list[socket.socket]) -> bool:
 
 def namespace_state(runner_pid: int) -> dict:
     """Processes left below the runner R (in its pid namespace and the programs' namespaces below it), besides the
-    init prepared for the next program (pid 1 of a namespace of its own, with no child: it holds nothing yet), and
-    files left in R's /tmp (a program's own /tmp dies with its mount namespace)."""
+    slot prepared for the next program (`_prepared`), and files left in R's /tmp (a program's own /tmp dies with its
+    mount namespace)."""
     r_pid = next(
         (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _ppid(p) == runner_pid),
         None,
@@ -182,11 +182,30 @@ def namespace_state(runner_pid: int) -> dict:
     while True:
         parents = {int(p.name): _ppid(p) for p in Path("/proc").iterdir() if p.name.isdigit()}
         below = [pid for pid in parents if pid != r_pid and _descends_from(pid, r_pid, parents)]
-        has_children = {parents[pid] for pid in below}
-        left = [pid for pid in below if not (_namespace_pid(pid) == 1 and pid not in has_children)]
+        left = [pid for pid in below if not _prepared(pid, r_pid, parents)]
         if not left or time.monotonic() > deadline:
             return {"processes": left, "files": files}
         time.sleep(0.05)
+
+
+def _prepared(pid: int, r_pid: int, parents: dict) -> bool:
+    """Whether `pid` is an init R made (pid 1 of a namespace of its own: the next program's, or the last one's, which
+    exits) that holds nothing but, since issue 52, the next program's process waiting for its job; or that process
+    (pid 2 there, a fork of R that has run nothing yet: R's own command line, not a program's)."""
+
+    def waiting(child: int) -> bool:
+        return _namespace_pid(child) == 2 and _cmdline(child) == _cmdline(r_pid)
+
+    if _namespace_pid(pid) == 2:
+        return waiting(pid) and _namespace_pid(parents[pid]) == 1
+    return _namespace_pid(pid) == 1 and all(waiting(c) for c, parent in parents.items() if parent == pid)
+
+
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
 
 
 def _descends_from(pid: int, ancestor: int, parents: dict) -> bool:

@@ -196,7 +196,8 @@ def addition_data(tmp_path_factory) -> dict:
 @pytest.fixture
 def unprivileged_tree() -> Path:
     """A copy of the `rewards` and `drgrpo` packages and the sandbox probes (as `tests/code_sandbox_probe.py`,
-    `tests/code_sandbox_kernel_probe.py` and `tests/code_sandbox_isolation_probe.py`) that any user can read.
+    `tests/code_sandbox_kernel_probe.py`, `tests/code_sandbox_isolation_probe.py` and
+    `tests/code_sandbox_leftovers_probe.py`) that any user can read.
 
     The unprivileged-trainer tests run Python as uid 1000, which cannot enter a clone under a private folder
     (`mktemp -d` makes 0700 folders, and CI's clone may be under one), so they import from this copy instead.
@@ -206,7 +207,8 @@ def unprivileged_tree() -> Path:
         for package in ("rewards", "drgrpo"):  # rewards imports drgrpo.core.errors
             shutil.copytree(ROOT / package, folder / package, ignore=shutil.ignore_patterns("__pycache__"))
         (folder / "tests").mkdir()
-        for probe in ("code_sandbox_probe.py", "code_sandbox_kernel_probe.py", "code_sandbox_isolation_probe.py"):
+        probes = ("code_sandbox_probe.py", "code_sandbox_kernel_probe.py", "code_sandbox_isolation_probe.py")
+        for probe in (*probes, "code_sandbox_leftovers_probe.py"):
             shutil.copy(ROOT / "tests" / probe, folder / "tests" / probe)
         for path in [folder, *folder.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)

@@ -9,7 +9,9 @@ Each runner (and so each program: one at a time) gets a cgroup of its own beside
 - `memory`: a limit (`memory.max` on v2, `memory.limit_in_bytes` on v1; swap the same, where it is accounted) of
   the program's `memory_mb` + its /tmp tmpfs + `RUNNER_MEMORY_MB` for the runner itself. It counts what the
   address-space limit does not: the pages of memfds, SysV segments and /tmp files, which no process's RSS shows;
-  past it the kernel's OOM killer acts inside the cgroup, on the program first (its `oom_score_adj` is 1000).
+  past it the kernel's OOM killer acts inside the cgroup, on the program first (its `oom_score_adj` is 1000). What a
+  program leaves charged there after its end (files kept in flight) is collected before the next program runs
+  (`rewards.code._leftovers`), so each program has the limit to itself.
 
 Possible where the cgroup folders are writable (a root trainer on most machines; a systemd delegation) and, on v2,
 where the controllers can be enabled for the trainer's cgroup's children (the kernel refuses that in a cgroup that

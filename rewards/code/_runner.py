@@ -4,28 +4,35 @@ Started by `rewards.code.sandbox` as `python -I -c "...; main()"` with an empty 
 4-byte big-endian length + pickle, as in `rewards._worker`. In order:
 
 1. `B` (this process) unshares a user, mount, network and pid namespace. Unprivileged, it maps its own uid/gid to
-   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `65534 <own id> 1` (only a
-   process with CAP_SETUID outside may map two ids; `program_id_outside`), and waits for `("mapped",)`.
+   65534 inside; as root it asks the parent (`("map", pid)`) to write the map `0 0 1` + `100000 <its own ids> 63`
+   (only a process with CAP_SETUID outside may map several ids; `rewards.code._leftovers.program_ids_outside`: a
+   pool of ids of this runner's own, one per program in turn), and waits for `("mapped",)`.
 2. `B` forks `R`, pid 1 of the new pid namespace (so that `kill(-1)` from `R` reaches exactly the programs, and every
    program dies with `R`), and waits for it. `R` builds a minimal read-only root (`rewards.code._filesystem`:
    `/usr`, `/lib*`, `/etc`, the interpreters' folders, a few devices; no `/tmp`, `/var`, `/run`, `/dev/shm`,
    `/home` of the host), `pivot_root`s into it and answers `("ready", info)`.
-3. Before each job (after answering the last), `R` prepares the next program's slot (`rewards.code._program`): a
-   stage process `S` unshares a pid and a mount namespace, mounts an empty tmpfs on `/tmp` with the work folder
-   `/tmp/work` in it, and forks `I`, pid 1 of that pid namespace, which waits for the job. Per job `(job_id,
-   program, stdin, limits)`: `I` writes the program, forks it (pid 2; own session, network and IPC namespaces,
-   oom_score_adj 1000, uid/gid 65534, no capabilities, no new privileges, rlimits, a fresh session keyring, the
-   seccomp filter, clean environment, stdin from a memfd), reaps every process of its namespace, kills what is left
-   once the program exits and reports its wait status; `R` reads stdout/stderr up to the output limit, kills `I`
-   (hence the whole namespace) on timeout or overflow, reaps it (its CPU time includes every process it reaped: the
-   program's) and answers `(job_id, result)`. The namespaces and the tmpfs die with `I`: no pid, inode, file or
-   folder name carries anything from one program to the next. After an error of its own, or when its own limits
-   changed, the answer carries `retire` and `R` exits: the trainer starts another runner.
+3. Before each job (after answering the last), `R` prepares the next program's slot (`rewards.code._program`): `I`,
+   pid 1 of a new pid namespace, joins the next of the runner's program memory cgroups, unshares a mount namespace,
+   mounts an empty tmpfs on `/tmp` with the work folder `/tmp/work` in it, and forks the program's process `P` (pid
+   2; own session, network and IPC namespaces, and a root trainer's its own user namespace, where 65534 is the next
+   of the runner's uids outside; oom_score_adj 1000), which waits for the job. Per job `(job_id, program, stdin,
+   limits)`: `R` checks that the slot's memory cgroup holds nothing an earlier program left
+   (`rewards.code._leftovers`) and sends the job; `P` becomes uid/gid 65534 (no capabilities, no new privileges),
+   writes the program and its stdin (a memfd), sets the rlimits, a fresh session keyring and the seccomp filter and
+   execs the program in a clean environment; `I` reaps every process of its namespace, kills what is left once the
+   program exits and reports its wait status; `R` reads stdout/stderr up to the output limit, kills `I` (hence the
+   whole namespace) on timeout or overflow, reaps it (its CPU time includes every process it reaped: the program's),
+   answers `(job_id, result)`, and releases a Unix socket of its own so that the kernel collects what the program
+   left in flight. The namespaces and the tmpfs die with `I`: no pid, inode, file or folder name carries anything
+   from one program to the next, and what it leaves in the kernel is charged to its own cgroup and uid. After an
+   error of its own, or when its own limits changed, the answer carries `retire` and `R` exits: the trainer starts
+   another runner (and runs the job again when `rerun` says it never ran).
 
 Without namespaces (kernel or container forbids them) and `allow_fallback`, `B` runs the jobs itself: the program
-drops to `B`'s own uid (`B` must be root: the fallback is refused otherwise), under the filter (no socket() at all)
-and Landlock where the kernel has it, but in the pid namespace and file system of the host, in a work folder of a
-random name (docs/code-rewards.md).
+drops to one of `B`'s own uids, in turn (`B` must be root: the fallback is refused otherwise), under the filter (no
+socket() at all) and Landlock where the kernel has it, but in the pid namespace and file system of the host, in a
+work folder of a random name (`rewards.code._fallback`, docs/code-rewards.md). A program's output and verdict:
+`rewards.code._outcome`.
 Nothing here imports beyond the standard library (and this package's own modules).
 """
 
@@ -36,37 +43,32 @@ import errno
 import os
 import pickle
 import resource
-import select
 import signal
 import struct
 import sys
 import time
 
 from rewards.code import _cgroup, _landlock
-from rewards.code._filesystem import ROOT_FOLDERS, minimal_root, remove_tree
+from rewards.code._fallback import run_job as fallback_job
+from rewards.code._filesystem import ROOT_FOLDERS, minimal_root
+from rewards.code._leftovers import POOL_IDS_INSIDE, RunnerMemory, program_ids_outside, wake_unix_gc
+from rewards.code._outcome import error_result, read_output, verdict
 from rewards.code._program import (
     CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWPID,
+    CLONE_NEWUSER,
     PR_SET_DUMPABLE,
+    PROGRAM_ID,
     STATUS,
     Slot,
     check,
-    exec_program,
     prepare_slot,
-    stdin_memfd,
 )
 from rewards.code._seccomp import ProgramFilter
 
 _HEADER = struct.Struct(">I")
-CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
-PROGRAM_ID = 65534  # uid and gid of every program inside its user namespace (nobody/nogroup)
-# Outside (root trainer), each runner's programs get uid/gid OWN_IDS_BASE + the runner's pid: a live pid is
-# unique, so no host process and no other runner shares it (its key quota, process count, signals). The range
-# 0x70000000-0x7FFDFFFF is one that systemd leaves unused (docs/UIDS-GIDS.md), above every container range.
-OWN_IDS_BASE = 0x70000000
-STDERR_KEEP = 2048  # bytes of stderr kept for the result (the tail: where Python puts the exception)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -92,11 +94,6 @@ def _receive(stream):
         return None
     payload = _read_exact(stream, _HEADER.unpack(header)[0])
     return None if payload is None else pickle.loads(payload)
-
-
-def program_id_outside(runner_pid: int) -> int:
-    """The uid and gid that the programs of runner `runner_pid` have outside (a root trainer's runners)."""
-    return OWN_IDS_BASE + runner_pid
 
 
 def _write(path: str, text: str) -> None:
@@ -129,70 +126,10 @@ def _unshare(stdin, out, disabled: bool = False) -> str:
     return "namespaces"
 
 
-def _kill_all(state: dict, pgid: int) -> None:
-    """Kill what the program left: every process of the namespace (R is its init); in the fallback every process
-    of the runner's own uid (a root trainer's: each runner has its own), else the program's process group."""
-    if os.getpid() == 1:
-        try:
-            os.kill(-1, signal.SIGKILL)  # from a namespace's init: every other process in it, never outside it
-        except ProcessLookupError:
-            pass
-    elif state["root"]:
-        _kill_uid(state["program_id"])
-    else:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _kill_uid(uid: int) -> None:
-    """`kill(-1, SIGKILL)` as `uid`: every process of that uid, wherever it went (another session or process group),
-    and nothing else. A SIGKILL pending stops a fork in progress, so one pass reaches all; two to be sure."""
-    helper = os.fork()
-    if helper == 0:
-        try:
-            os.setresuid(uid, uid, uid)
-            for _ in range(2):
-                try:
-                    os.kill(-1, signal.SIGKILL)
-                except ProcessLookupError:
-                    break
-        finally:
-            os._exit(0)
-    os.waitpid(helper, 0)
-
-
-def _reap(pid: int, block_s: float, state: dict) -> tuple[int | None, float]:
-    """The wait status of `pid`, and the CPU seconds of every process the program started, after reaping every
-    other child too (killed again while any is left, until `block_s`): R's children are the program and the
-    orphans of its namespace (or, in the fallback, of its subreaper B), and none may outlive the test. Each reaped
-    process's usage includes that of the children it reaped itself; the others come back to R (or B) as orphans
-    and are reaped here, so the sum counts every process once, waited for by the program or not."""
-    status, cpu = None, 0.0
-    deadline = time.monotonic() + block_s
-    while True:
-        try:
-            done, code, usage = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            return status, cpu
-        if done:
-            cpu += usage.ru_utime + usage.ru_stime
-        if done == pid:
-            status = code
-        if done == 0:
-            if time.monotonic() > deadline:
-                return status, cpu
-            _kill_all(state, pid)
-            time.sleep(0.002)
-
-
 def run_job(job: dict, state: dict) -> dict:
     """Run one program under the job's limits; the result dict of `rewards.code.sandbox.RunResult`."""
     if state["mode"] == "namespaces":
-        # The inits of earlier programs that have exited (the last one tears its namespaces down meanwhile, off the
-        # critical path): reaped, never waited for.
-        state["exiting"] = [init for init in state.get("exiting", []) if os.waitpid(init, os.WNOHANG)[0] == 0]
+        _reap_exited(state)
         slot = state.pop("slot", None) or prepare_slot(state)
         try:
             return _run_in_slot(job, slot, state)
@@ -200,43 +137,30 @@ def run_job(job: dict, state: dict) -> dict:
             slot.close()
             if slot.init is not None:
                 state["exiting"].append(slot.init)  # it reported: it exits now
-    workdir = os.path.join(state["work_root"], os.urandom(8).hex())  # a name that counts nothing
-    os.mkdir(workdir, 0o700)
-    try:
-        with open(os.path.join(workdir, "main.py"), "wb") as f:
-            f.write(job["program"])
-        if state["root"]:
-            os.chown(workdir, state["program_id"], state["program_id"])
-            os.chown(os.path.join(workdir, "main.py"), state["program_id"], state["program_id"])
-        stdin_fd = stdin_memfd(job["stdin"])
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        failed_r, failed_w = os.pipe2(os.O_CLOEXEC)
-        start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            exec_program(job, workdir, (stdin_fd, out_w, err_w, failed_w), state)
-        for fd in (stdin_fd, out_w, err_w, failed_w):
-            os.close(fd)
-        try:
-            result, wait_status = _supervise(pid, out_r, err_r, job["limits"], start, state)
-            _verdict(result, wait_status, job["limits"])
-            failure = os.read(failed_r, 4096)  # empty: exec succeeded (the pipe closed on exec) or nothing to say
-        finally:
-            os.close(failed_r)
-        if failure:
-            result.update(status="sandbox_error", stderr=failure)
-        return result
-    finally:
-        remove_tree(workdir)
+    return fallback_job(job, state, memory_not_back)
+
+
+def _reap_exited(state: dict) -> None:
+    """The inits of earlier programs that have exited (the last one tears its namespaces down meanwhile, off the
+    critical path): reaped, never waited for."""
+    state["exiting"] = [init for init in state.get("exiting", []) if os.waitpid(init, os.WNOHANG)[0] == 0]
+
+
+def memory_not_back() -> dict:
+    """The answer to a job that did not run: what an earlier program left in its memory cgroup did not come back
+    (`rewards.code._leftovers`); the runner retires and the trainer runs the job again on a fresh runner."""
+    message = "sandbox: an earlier program's memory did not come back to this runner; the job runs on a fresh one"
+    return {**error_result(message), "retire": True, "rerun": True}
 
 
 def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
     """R's side of one program in its slot: send the job to I, prepare the next slot while the program runs, read
     the output, and I's report (the program's wait status and CPU time)."""
-    failure = slot.ready()
+    failure = slot.ready(state)
     if failure is not None:
-        return _error(failure)
+        return error_result(failure)
+    if state["memory"] is not None and not state["memory"].drained(lambda: _reap_exited(state)):
+        return memory_not_back()
     start = time.monotonic()
     try:
         with os.fdopen(os.dup(slot.fds["job"]), "wb") as job_w:
@@ -246,7 +170,7 @@ def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
     os.close(slot.fds.pop("job"))
     state["slot"] = prepare_slot(state)  # the next program's namespaces, made while this one runs
     limits = job["limits"]
-    status, stdout, stderr = _read_output(slot.fds.pop("out"), slot.fds.pop("err"), slot.fds["report"], limits, start)
+    status, stdout, stderr = read_output(slot.fds.pop("out"), slot.fds.pop("err"), slot.fds["report"], limits, start)
     report = os.read(slot.fds["report"], STATUS.size) if status == "ok" else b""
     if len(report) == STATUS.size:
         wait_status, cpu = STATUS.unpack(report)
@@ -257,86 +181,11 @@ def _run_in_slot(job: dict, slot: Slot, state: dict) -> dict:
         _, _, usage = os.wait4(slot.init, 0)
         slot.init, wait_status, cpu = None, signal.SIGKILL, usage.ru_utime + usage.ru_stime
     result = {"status": status, "stdout": stdout, "stderr": stderr, "wall_s": time.monotonic() - start, "cpu_s": cpu}
-    _verdict(result, None if wait_status < 0 else wait_status, limits)
+    verdict(result, None if wait_status < 0 else wait_status, limits)
     failure = os.read(slot.fds["failed"], 4096)
     if failure:
         result.update(status="sandbox_error", stderr=failure)
     return result
-
-
-def _supervise(pid: int, out_r: int, err_r: int, limits: dict, start: float, state: dict) -> tuple[dict, int | None]:
-    """The fallback's program `pid`: read its output until it exits (or a limit); the result without its verdict
-    (`_verdict`) and its wait status (None: not reaped), after killing and reaping everything it started."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        status, stdout, stderr = _read_output(out_r, err_r, pidfd, limits, start, lambda: _kill_all(state, pid))
-    finally:
-        _kill_all(state, pid)
-        wait_status, cpu = _reap(pid, 5.0, state)
-        os.close(pidfd)
-    result = {"status": status, "stdout": stdout, "stderr": stderr}
-    return result | {"wall_s": time.monotonic() - start, "cpu_s": cpu}, wait_status
-
-
-def _read_output(
-    out_r: int, err_r: int, done_fd: int, limits: dict, start: float, on_done=None
-) -> tuple[str, bytes, bytes]:
-    """Read stdout and stderr (closing them) until both are closed and `done_fd` is readable (the program's pidfd,
-    or I's report), or the wall limit, or the output limit: (`ok`, `timeout` or `output_limit`, stdout, stderr
-    tail). `on_done` runs once `done_fd` is readable (the fallback kills what the program left, closing the pipes).
-    The time limit is CPU time (`limits["timeout"]`, judged by `_verdict`): a neighbour that takes the CPU makes a
-    program slower, not wrong, up to the wall limit (`limits["wall_timeout"]`, by default twice as long), which stops
-    programs that sleep or block."""
-    deadline = start + limits["wall_timeout"]
-    stdout, stderr = bytearray(), bytearray()
-    open_fds = {out_r, err_r}
-    status, done = "ok", False
-    try:
-        while open_fds or not done:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                status = "timeout"
-                break
-            readable, _, _ = select.select([*open_fds, *([] if done else [done_fd])], [], [], remaining)
-            if done_fd in readable:
-                done = True
-                if on_done is not None:
-                    on_done()
-            for fd in (out_r, err_r):
-                if fd not in readable:
-                    continue
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    open_fds.discard(fd)
-                elif fd == out_r:
-                    stdout += chunk
-                else:
-                    stderr = (stderr + chunk)[-STDERR_KEEP:]
-            if len(stdout) > limits["max_output_bytes"]:
-                status = "output_limit"
-                break
-    finally:
-        os.close(out_r)
-        os.close(err_r)
-    return status, bytes(stdout[: limits["max_output_bytes"]]), bytes(stderr)
-
-
-def _verdict(result: dict, wait_status: int | None, limits: dict) -> None:
-    """Set the result's status (when the output was read to its end: `ok` so far) and exit code from the program's
-    wait status (None: it could not be reaped) and the CPU time of all its processes."""
-    if result["status"] == "ok":
-        if wait_status is None:
-            result["status"] = "sandbox_error"
-        elif result["cpu_s"] > limits["timeout"]:
-            result["status"] = "timeout"  # finished (or crashed), but after more CPU time than allowed
-        elif os.WIFSIGNALED(wait_status):
-            result["status"] = "timeout" if os.WTERMSIG(wait_status) == signal.SIGXCPU else "crash"
-        elif os.WEXITSTATUS(wait_status) != 0:
-            result["status"] = "crash"
-    result["exit_code"] = None
-    if wait_status is not None:
-        signalled = os.WIFSIGNALED(wait_status)
-        result["exit_code"] = -os.WTERMSIG(wait_status) if signalled else os.WEXITSTATUS(wait_status)
 
 
 def _own_settings() -> tuple:
@@ -345,17 +194,12 @@ def _own_settings() -> tuple:
     return limits, os.getpriority(os.PRIO_PROCESS, 0), tuple(sorted(os.sched_getaffinity(0)))
 
 
-def _error(message: str) -> dict:
-    result = {"status": "sandbox_error", "exit_code": None, "stdout": b"", "stderr": message.encode()}
-    return {**result, "wall_s": 0.0, "cpu_s": 0.0}
-
-
 def _serve(stdin, out, state: dict) -> None:
     """Answer jobs until the trainer closes stdin, or until the runner itself may be damaged: after an error of its
     own, it answers `retire` and exits, so that the trainer replaces it instead of sending it more jobs."""
     info = {"mode": state["mode"], "pid_namespace": os.getpid() == 1, "uid": os.geteuid()}
-    info |= {"program_uid": state["program_uid"], "landlock": state["landlock"], "cgroup": state["cgroup"]}
-    info |= {"memory_cgroup": state["memory_cgroup"]}
+    info |= {"program_uid": state["program_uids"][0], "program_uids": state["program_uids"]}
+    info |= {"landlock": state["landlock"], "cgroup": state["cgroup"], "memory_cgroup": state["memory_cgroup"]}
     _send(out, ("ready", info))
     start_up = _own_settings()
     if state["mode"] == "namespaces":
@@ -365,13 +209,13 @@ def _serve(stdin, out, state: dict) -> None:
         if job is None:
             return
         if _own_settings() != start_up:
-            result = _error(f"the runner's own limits changed: {_own_settings()} (started with {start_up})")
+            result = error_result(f"the runner's own limits changed: {_own_settings()} (started with {start_up})")
             result["retire"] = True
         else:
             try:
                 result = run_job(job, state)
             except Exception as exc:  # noqa: BLE001 - an error of the sandbox itself: this job's answer, then retire
-                result = _error(repr(exc))
+                result = error_result(repr(exc))
                 result["retire"] = True
             # An unprivileged trainer's programs have the runner's uid outside, and prlimit/setpriority/
             # sched_setaffinity on another process need only that: the result stands, the runner is replaced.
@@ -380,6 +224,26 @@ def _serve(stdin, out, state: dict) -> None:
         _send(out, (job["id"], result))
         if result.get("retire"):
             return
+        wake_unix_gc()  # what the program left in flight is freed now, while the trainer reads the answer
+
+
+def _join_cgroups(cgroups: dict) -> dict:
+    """Join the runner's cgroups (`rewards.code._cgroup`; before anything forks: R and every program start in them);
+    the state entries: `cgroup` (CPU), `memory_cgroup`, and `memory` (`RunnerMemory`, read before each program; None
+    without a memory cgroup, where the filter refuses what only one would see)."""
+    cgroups = dict(cgroups)
+    for path in sorted({path for path in cgroups.values() if path is not None}):
+        try:
+            _cgroup.join(path)
+        except OSError:
+            cgroups = {controller: None if p == path else p for controller, p in cgroups.items()}
+    memory = None
+    if cgroups["memory"] is not None:
+        try:
+            memory = RunnerMemory(cgroups["memory"])
+        except OSError:
+            cgroups["memory"] = None
+    return {"cgroup": cgroups["cpu"], "memory_cgroup": cgroups["memory"], "memory": memory}
 
 
 def main() -> None:
@@ -392,22 +256,20 @@ def main() -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() == 1:
             os._exit(0)
-    cgroups = dict(config["cgroups"])
-    for path in sorted({path for path in cgroups.values() if path is not None}):
-        try:
-            _cgroup.join(path)  # before anything forks: R and every program start in it
-        except OSError:
-            cgroups = {controller: None if p == path else p for controller, p in cgroups.items()}
     root, uid = os.geteuid() == 0, os.geteuid()
-    state = {"cgroup": cgroups["cpu"], "memory_cgroup": cgroups["memory"], "mode": "fallback", "root": root}
-    state["extra_processes"] = 0
+    state = {"mode": "fallback", "root": root, "extra_processes": 0, **_join_cgroups(config["cgroups"])}
     try:  # the host's /proc, kept open for each program to set its own oom_score_adj (R's root has no /proc)
         state["proc"] = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         _send(out, ("unavailable", f"no /proc: {exc}", "isolation"))
         return
     state["work_root"] = config["fallback_dir"]
-    state |= {"program_id": PROGRAM_ID, "program_uid": program_id_outside(os.getpid()) if root else uid}
+    # Each program's uid, in turn (rewards.code._leftovers): as the runner's namespace names them (a root trainer's
+    # map them to program_ids_outside), or, unprivileged, the one uid the kernel lets it map.
+    outside = list(program_ids_outside(os.getpid())) if root else [uid]
+    state |= {"program_uids": outside, "program_ids": [POOL_IDS_INSIDE + i for i in range(len(outside))]}
+    if not root:
+        state["program_ids"] = [PROGRAM_ID]
     state |= {"landlock": 0, "readable": [f"/{name}" for name in ROOT_FOLDERS] + config["expose"]}
     try:
         state["mode"] = _unshare(stdin, out, config.get("no_namespaces", False))
@@ -420,19 +282,21 @@ def main() -> None:
             _send(out, ("unavailable", reason, "namespaces"))
             return
         state["unshare_error"] = str(exc)
-        state["program_id"] = state["program_uid"]  # no user namespace: this runner's own uid, as is
+        state["program_ids"] = state["program_uids"]  # no user namespace: the runner's own uids, as they are
         state["landlock"] = _landlock.abi_version()
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of a program come back to B, to be reaped
     try:  # by whether the program has an IPC namespace of its own (always, with namespaces)
-        namespaces, accounted = state["mode"] == "namespaces", state["memory_cgroup"] is not None
-        state["filters"] = {ipc: ProgramFilter(namespaces, accounted, private_ipc=ipc) for ipc in (True, False)}
+        namespaces, accounted = state["mode"] == "namespaces", state["memory"] is not None
+        # Unix sockets only where each program has a uid of its own: a file left in flight counts against its uid.
+        options = {"accounted_memory": accounted, "unix_sockets": len(state["program_uids"]) > 1}
+        state["filters"] = {ipc: ProgramFilter(namespaces, private_ipc=ipc, **options) for ipc in (True, False)}
     except OSError as exc:
         _send(out, ("unavailable", str(exc), "isolation"))
         return
     if state["mode"] == "namespaces":
-        # Unprivileged, B, R, the program's init I, the next program's and the last one's (exiting) share uid 65534
-        # of the namespace with the programs and count towards its process limit.
-        state["extra_processes"] = 0 if root else 5
+        # Unprivileged, B, R, the program's init I, the next program's init and process, and the last one's init
+        # (exiting) share uid 65534 of the namespace with the programs and count towards its process limit.
+        state["extra_processes"] = 0 if root else 6
         child = os.fork()
         if child:  # B: wait for R, then leave with it
             os.close(stdin.fileno())
@@ -448,5 +312,6 @@ def main() -> None:
         state["tmpfs"] = config["tmpfs"]
         # R's own pid namespace, to which its children return after each program's (rewards.code._program).
         state["pid_namespace"] = os.open("thread-self/ns/pid", os.O_RDONLY | os.O_CLOEXEC, dir_fd=state["proc"])
+        state["user_namespaces"] = {}  # a root trainer's: index in the uid pool -> its user namespace (kept)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # programs (same uid when unprivileged) cannot ptrace or read R
     _serve(stdin, out, state)

@@ -15,7 +15,7 @@ from multiprocessing.connection import wait as wait_readable
 from pathlib import Path
 
 from rewards.code import _cgroup
-from rewards.code._runner import PROGRAM_ID, program_id_outside
+from rewards.code._leftovers import IDS_PER_RUNNER, POOL_IDS_INSIDE, program_ids_outside
 
 _HEADER = struct.Struct(">I")
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -45,11 +45,12 @@ class NamespacesUnavailable(SandboxUnavailable):
 
 
 def _write_id_maps(pid: int) -> None:
-    """Root outside: map root (the runner) and the programs' 65534 inside (to an id of this runner's own outside)
-    into the runner's new user namespace."""
+    """Root outside: map root (the runner) and the programs' ids (`rewards.code._leftovers`: a pool of this runner's
+    own outside, one per program in turn, each the 65534 of a user namespace kept for it) into the runner's new user
+    namespace."""
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{name}", "w") as f:
-            f.write(f"0 0 1\n{PROGRAM_ID} {program_id_outside(pid)} 1\n")
+            f.write(f"0 0 1\n{POOL_IDS_INSIDE} {program_ids_outside(pid)[0]} {IDS_PER_RUNNER}\n")
 
 
 class _Runner:

@@ -9,7 +9,10 @@ A classic BPF program, assembled here and installed by the runner in each progra
 - `socket` of any family but the allowed ones, `socketpair` of any but `AF_UNIX` (EAFNOSUPPORT): `AF_VSOCK` (the
   VM's host-guest channel), `AF_NETLINK`, `AF_PACKET`, `AF_ALG`, Bluetooth, CAN, TIPC, RDS, XDP, ... With namespaces
   `AF_UNIX`, `AF_INET` and `AF_INET6` remain (see docs/code-rewards.md: why each is safe there); in the fallback
-  (no network namespace) no `socket()` at all, only `socketpair(AF_UNIX)`;
+  (no network namespace) no `socket()` at all, only `socketpair(AF_UNIX)`; and where the programs cannot have a uid
+  of their own (`unix_sockets=False`: an unprivileged trainer), no `AF_UNIX` either, in `socket()` or
+  `socketpair()`: files sent over one and left in flight outlive the program, counted against its uid (issue 52),
+  and a filter cannot read `sendmsg`'s control data to refuse just that;
 - `io_uring_setup`, `io_uring_enter`, `io_uring_register` (EPERM): io_uring can create sockets and do I/O without
   the system calls this filter sees;
 - `setsid` (EPERM): a new session is a new scheduler autogroup, with a CPU share as large as a whole program's;
@@ -90,17 +93,23 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def socket_families(namespaces: bool) -> tuple[int, ...]:
+def socket_families(namespaces: bool, unix_sockets: bool = True) -> tuple[int, ...]:
     """The `socket()` families a program may create: with its own network namespace the three whose every address
-    belongs to that (empty) namespace or to its minimal root; without one (the fallback), none."""
-    return (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6) if namespaces else ()
+    belongs to that (empty) namespace or to its minimal root (`AF_UNIX` only where `unix_sockets`); without one (the
+    fallback), none."""
+    return ((socket.AF_UNIX,) if unix_sockets else ()) + (socket.AF_INET, socket.AF_INET6) if namespaces else ()
 
 
 def program_filter(
-    namespaces: bool, machine: str | None = None, accounted_memory: bool = True, private_ipc: bool = True
+    namespaces: bool,
+    machine: str | None = None,
+    accounted_memory: bool = True,
+    private_ipc: bool = True,
+    unix_sockets: bool = True,
 ) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions, for this machine's architecture (or `machine`).
-    `accounted_memory`: the runner has a memory cgroup; `private_ipc`: the program has an IPC namespace of its own."""
+    `accounted_memory`: the runner has a memory cgroup; `private_ipc`: the program has an IPC namespace of its own;
+    `unix_sockets`: it has a uid of its own outside (else no `AF_UNIX` socket: nothing can be put in flight)."""
     machine = machine or platform.machine()
     if machine not in ARCHITECTURES or sys.byteorder != "little":
         known = ", ".join(ARCHITECTURES)
@@ -122,7 +131,8 @@ def program_filter(
     code.append((_LD_ABS, 0, 0, _ARG1))
     code += [(_JEQ, "eperm", "next", command) for command in (*FCNTL_LOCKS, *FCNTL_REFUSED)]
     code.append((_RET, 0, 0, _ALLOW))
-    for label, families in (("socket", socket_families(namespaces)), ("pair", (socket.AF_UNIX,))):
+    pairs = (socket.AF_UNIX,) if unix_sockets else ()
+    for label, families in (("socket", socket_families(namespaces, unix_sockets)), ("pair", pairs)):
         labels[label] = len(code)
         code.append((_LD_ABS, 0, 0, _ARG0))
         code += [(_JEQ, "allow", "next", family) for family in families]
@@ -144,8 +154,11 @@ def program_filter(
 class ProgramFilter:
     """The filter, assembled once (in the runner) and installed in each program's process by `install()`."""
 
-    def __init__(self, namespaces: bool, accounted_memory: bool = True, private_ipc: bool = True) -> None:
-        instructions = program_filter(namespaces, accounted_memory=accounted_memory, private_ipc=private_ipc)
+    def __init__(
+        self, namespaces: bool, accounted_memory: bool = True, private_ipc: bool = True, unix_sockets: bool = True
+    ) -> None:
+        options = {"accounted_memory": accounted_memory, "private_ipc": private_ipc, "unix_sockets": unix_sockets}
+        instructions = program_filter(namespaces, **options)
         self._array = (_SockFilter * len(instructions))(*(_SockFilter(*ins) for ins in instructions))
         self._program = _SockFprog(len(instructions), self._array)
         self._libc = ctypes.CDLL(None, use_errno=True)

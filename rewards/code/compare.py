@@ -9,19 +9,38 @@ an integer: a float tolerance on 10^18 accepts answers that are off by thousands
 on any problem with large integer answers. Call results follow the same rule: an expected int is matched by an
 equal int, or by a float that is exactly that integer (`42.0` for 42, never `1e18` for 1000000000000000007 nor
 `3.0000029` for 3).
+
+The output is the program's, so anything up to the sandbox's output limit (1 MiB by default), and it is compared in
+the trainer: every step here is linear in its length (issue 52). The number patterns are matched whole
+(`fullmatch`) and their alternatives can never match the same text two ways, so a failing match gives back each
+character once (before, a run of 20,000 digits followed by a letter took 11-21 s, quadratic, and a 600 KB output
+held a training step for hours); a token longer than `MAX_NUMBER_CHARS` is compared as a string, exactly; and
+`outputs_match` takes a deadline, past which it raises `ComparisonTimeout` (the code reward counts it and fails
+the rest of that completion's tests).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_INTEGER = re.compile(r"^[+-]?\d+$")
+# Matched with `fullmatch`. A number is digits with an optional fraction (`12`, `12.`, `12.5`) or a bare fraction
+# (`.5`), then an optional exponent: `\d+` is followed by a point, an exponent or the end, never a digit, so no digit
+# can be taken by two parts (the old `\d+\.?\d*` split a run of n digits n ways, and tried each on a failure).
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_INTEGER = re.compile(r"[+-]?\d+")
 # A decimal with an all-zero fraction and no exponent (`42.0`, `-7.`, `0.000`): exactly the integer before its point.
-_INTEGRAL_DECIMAL = re.compile(r"^([+-]?\d+)\.0*$")
+_INTEGRAL_DECIMAL = re.compile(r"([+-]?\d+)\.0*")
+# Tokens longer than this are compared as strings only: no number a problem expects is written with more characters
+# (an expected integer of 10,000 digits still matches the same digits), and nothing superlinear can hide in parsing.
+MAX_NUMBER_CHARS = 10_000
+
+
+class ComparisonTimeout(TimeoutError):
+    """The comparison of a program's output ran past its deadline (`outputs_match(..., deadline=...)`)."""
 
 
 def numbers_close(a: float, b: float, tolerance: float) -> bool:
@@ -37,9 +56,11 @@ def tokens_equal(got: str, expected: str, tolerance: float) -> bool:
     `7.0000001`); against an expected float, any number within `tolerance` (see the module docstring)."""
     if got == expected:
         return True
-    if not (_NUMBER.match(got) and _NUMBER.match(expected)):
+    if len(got) > MAX_NUMBER_CHARS or len(expected) > MAX_NUMBER_CHARS:
         return False
-    if _INTEGER.match(expected):
+    if not (_NUMBER.fullmatch(got) and _NUMBER.fullmatch(expected)):
+        return False
+    if _INTEGER.fullmatch(expected):
         integer = integer_token(got)
         return integer is not None and integer_key(integer) == integer_key(expected)
     return numbers_close(float(got), float(expected), tolerance)  # float() of a huge token is inf, no error
@@ -48,9 +69,9 @@ def tokens_equal(got: str, expected: str, tolerance: float) -> bool:
 def integer_token(token: str) -> str | None:
     """The integer a number token writes exactly, as digits: itself for an integer, `42` for `42.0`; None for a
     fraction or an exponent form, which can only approximate an integer."""
-    if _INTEGER.match(token):
+    if _INTEGER.fullmatch(token):
         return token
-    match = _INTEGRAL_DECIMAL.match(token)
+    match = _INTEGRAL_DECIMAL.fullmatch(token)
     return match.group(1) if match else None
 
 
@@ -67,12 +88,23 @@ def normalized_lines(text: str) -> list[list[str]]:
     return [line.split() for line in text.splitlines() if line.strip()]
 
 
-def outputs_match(got: str, expected: str, tolerance: float = 1e-6) -> bool:
-    """Line by line, token by token (see `normalized_lines`, `tokens_equal`)."""
-    got_lines, expected_lines = normalized_lines(got), normalized_lines(expected)
+def outputs_match(got: str, expected: str, tolerance: float = 1e-6, deadline: float | None = None) -> bool:
+    """Line by line, token by token (see `normalized_lines`, `tokens_equal`), in time linear in the outputs' length.
+    `deadline`: a `time.monotonic()` value past which `ComparisonTimeout` is raised (checked line by line).
+
+    The work done token by token is bounded by the expected output: an output with another number of tokens is
+    refused after one `split()` (in C), before any Python-level loop over what the program printed."""
+    expected_lines = normalized_lines(expected)
+    if len(got.split()) != sum(len(tokens) for tokens in expected_lines):
+        return False
+    got_lines = normalized_lines(got)
     if len(got_lines) != len(expected_lines):
         return False
     for got_tokens, expected_tokens in zip(got_lines, expected_lines, strict=True):
+        if deadline is not None and time.monotonic() > deadline:
+            raise ComparisonTimeout("the comparison of the program's output ran past its deadline")
+        if got_tokens == expected_tokens:
+            continue
         if len(got_tokens) != len(expected_tokens):
             return False
         if not all(tokens_equal(g, e, tolerance) for g, e in zip(got_tokens, expected_tokens, strict=True)):

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from rewards.code.blocks import code_format_score, extract_program
-from rewards.code.compare import Checker, call_matches, outputs_match
+from rewards.code.compare import Checker, ComparisonTimeout, call_matches, outputs_match
 from rewards.code.sandbox import RunResult, SandboxLimits, get_sandbox
 from rewards.code.settings import CodeRewardArguments
 from rewards.code.testcases import TestCase, TestFormatError, call_harness, call_result, parse_tests
+from rewards.deadline import call_with_deadline
 from rewards.report import RewardReport
 
 logger = logging.getLogger(__name__)
 
 # Counters logged as rewards/code/<key> (per batch): test runs that timed out / crashed (non-zero exit, signal,
 # output over the limit) / failed in the sandbox itself; problems whose tests cannot be read; answers without code;
-# outputs whose check raised (a custom checker's exception, a result the comparison cannot handle): a failed test.
-COUNTERS = ("timeouts", "crashes", "sandbox_errors", "unusable_tests", "no_code", "check_errors")
+# outputs whose check raised (a custom checker's exception, a result the comparison cannot handle): a failed test;
+# completions whose comparison ran past `code_check_timeout`: the rest of their tests failed.
+COUNTERS = ("timeouts", "crashes", "sandbox_errors", "unusable_tests", "no_code", "check_errors", "check_timeouts")
 
 
 def sandbox_limits(settings: CodeRewardArguments) -> SandboxLimits:
@@ -77,11 +80,27 @@ class CodeReward:
                 cache[key] = error
         return cache[key]
 
-    def _passed(self, test: TestCase, result: RunResult, marker: str | None, counters: dict) -> bool:
+    def _passed(self, test: TestCase, result: RunResult, marker: str | None, counters: dict, budget: list) -> bool:
         """Did the run pass `test`? A check that raises (the program's output is untrusted input to it) fails the
-        test, is counted in `check_errors` and warned about once per kind of error; training goes on."""
+        test, is counted in `check_errors` and warned about once per kind of error; training goes on. `budget`: the
+        seconds of comparison left to this test's completion (`[seconds]`, spent here); once it is spent, its other
+        tests fail unchecked and the completion counts once in `check_timeouts`."""
+        if budget[0] <= 0:
+            return False
+        start = time.monotonic()
         try:
-            return self._check(test, result, marker)
+            return self._check(test, result, marker, start + budget[0])
+        except ComparisonTimeout:  # raised past the deadline: the budget is spent (below)
+            counters["check_timeouts"] += 1
+            if "check_timeouts" not in self._warned:
+                self._warned.add("check_timeouts")
+                logger.warning(
+                    "code reward: comparing one completion's outputs ran past code_check_timeout=%g s; the rest of "
+                    "its tests fail (counted in rewards/code/check_timeouts). Raise code_check_timeout if a slow "
+                    "code_checker needs more.",
+                    self.settings.code_check_timeout,
+                )
+            return False
         except Exception as exc:  # noqa: BLE001 - a checker or comparison error must not stop training
             counters["check_errors"] += 1
             kind = f"{type(exc).__name__} in {'the checker' if self.checker else 'the comparison'}"
@@ -89,16 +108,26 @@ class CodeReward:
                 self._warned.add(kind)
                 logger.warning("code reward: checking an output raised %s: %r; the test counts as failed", kind, exc)
             return False
+        finally:
+            budget[0] -= time.monotonic() - start
 
-    def _check(self, test: TestCase, result: RunResult, marker: str | None) -> bool:
+    def _check(self, test: TestCase, result: RunResult, marker: str | None, deadline: float) -> bool:
+        """The comparison itself, by `deadline` (a `time.monotonic()` value): ours is linear in the output and checks
+        the deadline as it goes; a custom checker (trusted, but reading untrusted output) is cut off at it."""
         if result.status != "ok":
             return False
         if test.fn_name:
             found, value = call_result(result.text, marker)
             return found and call_matches(value, test.output, self.settings.code_float_tolerance)
         if self.checker is not None:
-            return bool(self.checker(test.input, test.output, result.text))
-        return outputs_match(result.text, test.output, self.settings.code_float_tolerance)
+            remaining = max(deadline - time.monotonic(), 1e-3)
+            try:
+                return bool(call_with_deadline(self.checker, remaining, test.input, test.output, result.text))
+            except TimeoutError as exc:
+                if time.monotonic() < deadline:
+                    raise  # the checker's own TimeoutError: a check error like any other
+                raise ComparisonTimeout(f"code_checker ran past code_check_timeout ({exc})") from exc
+        return outputs_match(result.text, test.output, self.settings.code_float_tolerance, deadline)
 
     def __call__(self, texts: list[str], *, report: RewardReport, **kwargs: Any) -> list[float | None]:
         column = self.settings.tests_column
@@ -129,6 +158,7 @@ class CodeReward:
                 source, stdin, marker = call_harness(program, test) if test.fn_name else (program, test.input, None)
                 runs[i].append((test, source, stdin, marker))
         passed, ran, errors = [0] * len(texts), [0] * len(texts), [0] * len(texts)
+        budgets = [[self.settings.code_check_timeout] for _ in texts]  # seconds of comparison left per completion
         first_failure: list[str | None] = [None] * len(texts)
         # All-or-nothing scoring runs each program's first test alone first: most wrong programs fail it, and their
         # other tests cannot change the score (open-r1 batches its tests for the same reason).
@@ -150,7 +180,7 @@ class CodeReward:
                 elif result.status == "sandbox_error":
                     counters["sandbox_errors"] += 1
                     errors[i] += 1
-                if self._passed(test, result, marker, counters):
+                if self._passed(test, result, marker, counters, budgets[i]):
                     passed[i] += 1
                 elif first_failure[i] is None:
                     first_failure[i] = "wrong answer" if result.status == "ok" else result.status

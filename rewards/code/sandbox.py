@@ -1,24 +1,27 @@
 """`Sandbox`: run untrusted programs on this machine, offline, each as a fresh unprivileged process under limits.
 
 What a program gets (docs/code-rewards.md has the full list of guarantees and non-guarantees):
-- its own session and process group, uid/gid 65534 inside (outside, a root trainer's runner's own uid) with no
-  capabilities and `no_new_privs` (never root, even when the trainer is root: the kernel does not apply the process
-  limit to root), a fresh session keyring, `oom_score_adj` 1000, and a seccomp filter (`rewards.code._seccomp`)
-  refusing what namespaces do not isolate: keyrings, non-namespaced socket families (vsock, ...), io_uring,
-  setsid, new namespaces, file locks, `sync`;
+- its own session and process group, uid/gid 65534 inside (outside, for a root trainer, the next of its runner's
+  own uids, never its predecessor's) with no capabilities and `no_new_privs` (never root, even when the trainer is
+  root: the kernel does not apply the process limit to root), a fresh session keyring, `oom_score_adj` 1000, and a
+  seccomp filter (`rewards.code._seccomp`) refusing what namespaces do not isolate: keyrings, non-namespaced socket
+  families (vsock, ...; Unix sockets too where programs share a uid), io_uring, setsid, new namespaces, file
+  locks, `sync`;
 - network and IPC namespaces of its own (no interface up: no network, not even 127.0.0.1 of the host; no socket
   name, port or SysV object of another program), its runner's pid namespace (it cannot see or signal any process
   outside it; everything it starts dies with the test) and mount namespace, whose root is minimal and read-only
   (/usr, /lib*, /etc, the interpreter, a few devices: no folder of the host where others create files or sockets,
   no repository);
 - a fresh working folder on a private tmpfs of `max_files` inodes (deleted after the test), an empty environment
-  (PATH, HOME, LANG only), stdin from the test; a CPU and a memory cgroup per runner where the machine allows them;
+  (PATH, HOME, LANG only), stdin from the test; where the machine allows them, a CPU and a memory cgroup per
+  runner (what a program leaves in the kernel, e.g. files in flight, is collected before the next program runs,
+  never charged to it: `rewards.code._leftovers`);
 - limits: CPU seconds of all its processes (`timeout`), wall seconds (twice that), address space (and memory in
   all, with a memory cgroup), processes/threads, open files, file size, files, output.
 
 Programs run in `num_workers` runner processes (`rewards.code._runner`), one program at a time each, created once
 and reused. Where the kernel forbids namespaces (some containers), the sandbox refuses to start unless
-`allow_network_fallback` is set and the trainer is root; then programs run as their runner's own uid under the
+`allow_network_fallback` is set and the trainer is root; then programs run as their runner's own uids under the
 same rlimits and filter (which then refuses every socket()), Landlock limiting the files they may open where the
 kernel has it, in the host's pid namespace and file system; a warning says once what that does not stop.
 """
@@ -273,11 +276,12 @@ class Sandbox:
                 logger.error("Could not restart a code sandbox runner: %s", start_error)
                 return None
 
-    def _run_one(self, program: str, stdin: str) -> RunResult:
+    def _run_one(self, program: str, stdin: str, tries: int = 2) -> RunResult:
         try:
             runner = self._take_runner()
         except Exception as exc:  # noqa: BLE001 - no runner at all: this job is a sandbox error, training goes on
             return RunResult("sandbox_error", None, b"", f"no sandbox runner: {exc}".encode(), 0.0)
+        rerun = False
         try:
             result = runner.run(self._job(program, stdin))
         except Exception as exc:  # noqa: BLE001 - a hung or dead runner: replace it, the job is a sandbox error
@@ -286,11 +290,14 @@ class Sandbox:
             result.update(wall_s=0.0, cpu_s=0.0)
         else:
             # A runner that retires (an error of its own, or its limits changed under it) has exited: replace it.
+            # One that retires before running the job (an earlier program's memory did not come back to it) asks
+            # for the job to run again, on a fresh runner.
+            rerun = result.pop("rerun", False) and tries > 1
             if result.pop("retire", False):
                 runner = self._replace(runner, f"it retired ({result['stderr'][-200:]!r})")
         if runner is not None:
             self._idle.put(runner)
-        return RunResult(**result)
+        return self._run_one(program, stdin, tries - 1) if rerun else RunResult(**result)
 
     def run(self, program: str, stdin: str = "") -> RunResult:
         """Run one program on one input."""
@@ -313,7 +320,7 @@ def fallback_warning(landlock_abi: int) -> str:
     """What the fallback does and does not stop, on a kernel with Landlock ABI `landlock_abi` (0: none)."""
     common = (
         "code sandbox: this kernel does not allow user/network namespaces, and code_allow_network_fallback is "
-        "set: programs run WITHOUT namespaces, as a uid of their runner's own (so they cannot signal other "
+        "set: programs run WITHOUT namespaces, each as a uid of its runner's own (so they cannot signal other "
         "completions' programs or any other process), with every socket() refused (no network, no Unix socket "
         "of this machine's services), under the same limits, in the host's pid namespace. "
     )

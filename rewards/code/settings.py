@@ -78,6 +78,15 @@ class CodeRewardArguments:
             "(|a - b| <= tol * max(1, |b|)); integers and words must match exactly."
         },
     )
+    code_check_timeout: float = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds the trainer may spend comparing one completion's outputs with its tests (every test "
+            "together, a code_checker's calls included). Comparing is linear in what the program printed; this "
+            "bounds a step whatever it printed: past it the rest of that completion's tests fail "
+            "(rewards/code/check_timeouts)."
+        },
+    )
     code_checker: str | None = field(
         default=None,
         metadata={
@@ -107,7 +116,8 @@ class CodeRewardArguments:
         """Raise a `ValueError` naming a code setting that cannot work."""
         if self.code_scoring not in CODE_SCORINGS:
             raise ValueError(f"code_scoring={self.code_scoring!r}: choose one of {', '.join(CODE_SCORINGS)}.")
-        for key in ("code_timeout", "code_memory_mb", "code_max_processes", "code_max_open_files", "code_max_files"):
+        positive = ("code_timeout", "code_check_timeout", "code_memory_mb", "code_max_processes", "code_max_open_files")
+        for key in (*positive, "code_max_files"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}.")
         if self.code_max_files > 100_000:
