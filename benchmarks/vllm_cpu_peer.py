@@ -13,7 +13,8 @@ project's, whose torch and transformers it would replace) through `benchmarks/vl
 engine, compiled graph and prefix caching, at each of `--vllm_threads` (one worker each, OpenMP threads unbound). The
 engine runs in a worker of this venv as training runs it: `GenerationEngine` on the model (float32) or on its bf16
 generation copy (`GenerationWeights`, packed for oneDNN), its thread count chosen by `drgrpo/core/threads.py` before
-every call. Every worker loads once; the rounds then alternate their order (A B C, C B A, ...), and `busy` rounds run
+every call from the second before it (as training chooses from the step before, not from the other workers'
+rounds). Every worker loads once; the rounds then alternate their order (A B C, C B A, ...), and `busy` rounds run
 beside `benchmarks/busy_core.py`'s busy loop on one core. Each figure is a worker's best round (other processes only
 add time): tokens per wall second and per CPU second of its own process, and the engine's ratio to the best vLLM.
 """
@@ -102,6 +103,9 @@ def engine_worker(spec: dict) -> None:
     print(MARK + json.dumps({"ready": True, "load_seconds": time.perf_counter() - start}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
+        # The governor's window is the last second, as training's is the step before: not the other workers' rounds.
+        adapt_torch_threads()
+        time.sleep(1.05)
         threads = adapt_torch_threads()
         seeds = [request["seed"] + row for row in range(len(prompts))]
         cpu, wall = cpu_seconds(), time.perf_counter()
