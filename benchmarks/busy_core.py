@@ -2,6 +2,7 @@
 
     python benchmarks/busy_core.py [--rounds 1] [--loops 1] -- make demo-tiny
     python benchmarks/busy_core.py -- .venv/bin/python -m pytest -q tests/test_tasks.py
+    python benchmarks/busy_core.py --nice 19 -- env DRGRPO_TORCH_THREADS=2 make demo-tiny   # a neighbour that yields
 
 Rounds alternate (quiet, busy, quiet, busy, ...) so that a change in the machine's other load hits both alike; the
 ratio uses each side's fastest run (interference only adds time). The goal of the project's CPU commands is a ratio
@@ -19,9 +20,14 @@ import sys
 import time
 
 
-def busy_loops(count: int) -> list[subprocess.Popen]:
-    """`count` processes that each keep one core busy (plain Python loops: no threads of their own)."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+def busy_loops(count: int, nice: int = 0) -> list[subprocess.Popen]:
+    """`count` processes that each keep one core busy (plain Python loops: no threads of their own), at `nice`."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"], preexec_fn=(lambda: os.nice(nice)) if nice else None
+        )
+        for _ in range(count)
+    ]
 
 
 def timed_run(command: list[str], log) -> float:
@@ -38,6 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1, help="quiet/busy pairs")
     parser.add_argument("--loops", type=int, default=1, help="busy loops beside the command (1: one core of two)")
+    parser.add_argument("--nice", type=int, default=0, help="the busy loops' niceness (19: a neighbour that yields)")
     parser.add_argument("--log", default="outputs/busy_core.log", help="the command's output, appended")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args()
@@ -49,7 +56,7 @@ def main() -> None:
     with open(args.log, "a") as log:
         for round_index in range(args.rounds):
             for kind in ("quiet", "busy"):
-                loops = busy_loops(args.loops) if kind == "busy" else []
+                loops = busy_loops(args.loops, args.nice) if kind == "busy" else []
                 try:
                     time.sleep(1.0 if loops else 0.0)  # the loops are running before the command looks at the load
                     load = os.getloadavg()[0]
@@ -67,7 +74,7 @@ def main() -> None:
     quiet, busy = min(times["quiet"]), min(times["busy"])
     print(
         f"busy/quiet ratio: {busy / quiet:.2f} (fastest busy {busy:.1f} s / fastest quiet {quiet:.1f} s; "
-        f"{args.loops} busy loop(s); goal <= 1.5): {' '.join(command)}"
+        f"{args.loops} busy loop(s) at nice {args.nice}; goal <= 1.5): {' '.join(command)}"
     )
 
 
