@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections import namedtuple
 
 import pytest
 import torch
@@ -97,3 +98,20 @@ def test_the_counts_chosen_are_recorded():
         assert governor.used == {1: 2}
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_niced_neighbour_takes_no_core_from_a_process_that_is_not_niced():
+    """Issue 53: a nice-19 neighbour yields to nice 0 (2 threads beside it beat 1 by ~1.5x on a Zen 3), so its time
+    is left out of what contends; when we are niced ourselves, our time and theirs are both `nice`: all counts."""
+    times = namedtuple("scputimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+    machine = times(user=3.0, nice=2.0, system=1.0, idle=10.0, iowait=1.0, irq=0.0, softirq=0.0, steal=0.0,
+                    guest=0.0, guest_nice=0.0)  # fmt: skip
+    assert threads.contending_seconds(machine, niced=False) == pytest.approx(4.0)
+    assert threads.contending_seconds(machine, niced=True) == pytest.approx(6.0)
+    # 2 s of wall time on 2 cores in which a niced loop kept one busy and the other idled: for a process at nice 0 it
+    # takes no core (2 threads); for a niced one it takes one (1 thread).
+    later = machine._replace(nice=machine.nice + 2.0, idle=machine.idle + 2.0)
+    for niced, expected in ((False, 2), (True, 1)):
+        before = (0.0, threads.contending_seconds(machine, niced), 5.0)
+        after = (2.0, threads.contending_seconds(later, niced), 5.0)
+        assert threads.threads_for(threads.others_busy_cores(before, after), 2) == expected
