@@ -139,8 +139,8 @@ def running_program_uids(pool: list[int], wait_s: float) -> list[int]:
                 if entry.name.isdigit() and (entry / "cmdline").read_bytes().endswith(b"main.py\0"):
                     uid = int((entry / "status").read_text().split("\nUid:")[1].split()[0])
                     found += [uid] if uid in pool else []
-            except (OSError, IndexError):
-                pass
+            except (OSError, IndexError):  # the process ended between the listing and the read: not a program now
+                continue
         if found:
             return found
         time.sleep(0.02)

@@ -69,7 +69,7 @@ def run_probe(command: list[str], env: dict | None = None) -> dict:
     finally:
         try:
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except ProcessLookupError:  # the probe's group already ended: nothing left to bound
             pass
         process.wait()
     assert process.returncode == 0, stderr.decode()[-3000:]
@@ -77,6 +77,30 @@ def run_probe(command: list[str], env: dict | None = None) -> dict:
     if "unavailable" in report:
         skip_unless_required("namespaces", f"no user/network namespaces on this kernel: {report['unavailable']}")
     return report
+
+
+def run_probe_in_mode(probe: Path, mode: list[str]) -> dict:
+    """`probe` run by this process in `mode` (`namespaces` or `fallback`, then maybe `--no-cgroup`); the fallback's
+    needs (a root trainer, a system Python any uid can run) skipped where missing, or failed where required."""
+    if mode[0] == "fallback":
+        if os.geteuid() != 0:
+            skip_unless_required("root", "the fallback is for root trainers only")
+        if not os.access("/usr/bin/python3", os.X_OK):
+            skip_unless_required("system_python", "the fallback needs a system Python that any uid can run")
+    result = run_probe([sys.executable, str(probe), *mode], {**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result["mode"] == mode[0]
+    return result
+
+
+def run_probe_as_user(tree: Path, probe_name: str, *args: str) -> dict:
+    """A probe of `tree` (the `unprivileged_tree` fixture) run by uid 1000 with the system Python: a trainer that is
+    not root. The caller skips where setpriv or root is missing."""
+    python = "/usr/bin/python3"
+    if not os.path.exists(python) or subprocess.run([python, "-c", "import dataclasses"]).returncode:
+        skip_unless_required("system_python", "no system Python that an unprivileged user can run")
+    user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(tree)}
+    return run_probe([*user, python, str(tree / "tests" / probe_name), *args], env)
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +156,7 @@ def test_a_deep_tree_is_deleted_without_recursion_in_the_fallback_too():
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become a user")
 def test_the_same_holds_for_an_unprivileged_trainer(unprivileged_tree):
     """The other set-up path: a trainer that is not root maps itself to uid 65534 in its own user namespace."""
-    python = "/usr/bin/python3"
-    if not os.path.exists(python) or subprocess.run([python, "-c", "import dataclasses"]).returncode:
-        skip_unless_required("system_python", "no system Python that an unprivileged user can run")
-    user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
-    result = run_probe(user + [python, str(unprivileged_tree / "tests" / "code_sandbox_probe.py")], env)
+    result = run_probe_as_user(unprivileged_tree, "code_sandbox_probe.py")
     assert result["mode"] == "namespaces"
     for scenario in SCENARIOS:
         assert result[scenario]["score"] == 0.0, (scenario, result[scenario])

@@ -13,13 +13,11 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import skip_unless_required
-from test_code_sandbox_adversarial import run_probe
+from test_code_sandbox_adversarial import run_probe_as_user, run_probe_in_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "code_sandbox_isolation_probe.py"
@@ -69,13 +67,7 @@ def check_report(report: dict) -> None:
 @pytest.fixture(scope="module", params=list(MODES))
 def report(request) -> dict:
     mode = MODES[request.param]
-    if mode[0] == "fallback":
-        if os.geteuid() != 0:
-            skip_unless_required("root", "the fallback is for root trainers only")
-        if not os.access("/usr/bin/python3", os.X_OK):
-            skip_unless_required("system_python", "the fallback needs a system Python that any uid can run")
-    result = run_probe([sys.executable, str(PROBE), *mode], {**os.environ, "PYTHONPATH": str(ROOT)})
-    assert result["mode"] == mode[0]
+    result = run_probe_in_mode(PROBE, mode)
     if "--no-cgroup" in mode:
         assert result["cgroups"] == {"cgroup": None, "memory_cgroup": None}
     return {**result, "simulates_no_cgroup": "--no-cgroup" in mode}
@@ -102,12 +94,7 @@ def test_root_runners_get_a_memory_cgroup_where_the_machine_allows_one(report):
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become a user")
 def test_the_same_holds_for_an_unprivileged_trainer(unprivileged_tree):
-    python = "/usr/bin/python3"
-    if not os.path.exists(python) or subprocess.run([python, "-c", "import dataclasses"]).returncode:
-        skip_unless_required("system_python", "no system Python that an unprivileged user can run")
-    user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
-    result = run_probe(user + [python, str(unprivileged_tree / "tests" / PROBE.name), "namespaces"], env)
+    result = run_probe_as_user(unprivileged_tree, PROBE.name, "namespaces")
     assert result["mode"] == "namespaces"
     check_report(result)
 

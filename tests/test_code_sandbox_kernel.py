@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import skip_unless_required
-from test_code_sandbox_adversarial import run_probe
+from test_code_sandbox_adversarial import run_probe, run_probe_as_user
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "code_sandbox_kernel_probe.py"
@@ -109,12 +108,7 @@ def test_root_runners_get_a_cpu_cgroup_where_the_machine_allows_one(report):
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root to become a user")
 def test_the_same_holds_for_an_unprivileged_trainer(unprivileged_tree):
-    python = "/usr/bin/python3"
-    if not os.path.exists(python) or subprocess.run([python, "-c", "import dataclasses"]).returncode:
-        skip_unless_required("system_python", "no system Python that an unprivileged user can run")
-    user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": str(unprivileged_tree)}
-    result = run_probe(user + [python, str(unprivileged_tree / "tests" / PROBE.name), "namespaces"], env)
+    result = run_probe_as_user(unprivileged_tree, PROBE.name, "namespaces")
     check_namespaces_report(result, 1000)
     alone, beside = result["fairness"]["alone"], result["fairness"]["beside_flood"]
     if alone["status"] == "ok" and alone["wall_s"] <= TIMEOUT:  # else too loaded to tell (see above)

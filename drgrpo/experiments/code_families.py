@@ -33,7 +33,7 @@ import random
 import re
 import string
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations, permutations
 
 from rewards.code.taskset import CALL_INSTRUCTION, INSTRUCTION
@@ -267,43 +267,37 @@ class CodeFamily:
 
 
 LETTER_TRIPLES = tuple(("".join(t),) for t in combinations(string.ascii_lowercase, 3))
-FAMILIES = {
-    family.name: family
-    for family in (
-        CodeFamily("sum_plus", sum_plus, tuple((k,) for k in range(1, 1000)), (r"\bsum\b", r"\bplus\b")),
-        CodeFamily("larger_times", larger_times, tuple((k,) for k in range(2, 1000)), (r"\blarger\b", r"\bmax")),
-        CodeFamily("count_letters", count_letters, LETTER_TRIPLES, (r"\bhow many\b", r"\bcount")),
-        CodeFamily("digit_sum_times", digit_sum_times, tuple((k,) for k in range(2, 1000)), (r"\bdigits?\b",)),
-        CodeFamily("list_max_plus", list_max_plus, tuple((k,) for k in range(1, 1000)), (r"\blargest\b", r"\bmax")),
-        CodeFamily(
-            "fizz_word",
-            fizz_word,
-            tuple((k, word) for k in range(2, 10) for word in WORDS),
-            (r"\bmultiples?\b", r"\bfizz", r"\bbuzz"),
-        ),
-        CodeFamily(
-            "reverse_replace",
-            reverse_replace,
-            tuple(permutations(string.ascii_lowercase, 2)),
-            (r"\brevers", r"\breplace", r"\[::-1\]"),
-        ),
-        CodeFamily("sum_plus_fn", sum_plus_fn, tuple((k,) for k in range(1, 1000)), (r"\bsum\b", r"\bplus\b")),
-        CodeFamily("larger_times_fn", larger_times_fn, tuple((k,) for k in range(2, 1000)), (r"\blarger\b", r"\bmax")),
-        CodeFamily("digit_sum_times_fn", digit_sum_times_fn, tuple((k,) for k in range(2, 1000)), (r"\bdigits?\b",)),
-        CodeFamily("count_letters_fn", count_letters_fn, LETTER_TRIPLES, (r"\bhow many\b", r"\bcount")),
-        CodeFamily(
-            "fizz_word_fn",
-            fizz_word_fn,
-            tuple((k, word) for k in range(2, 10) for word in WORDS),
-            (r"\bmultiples?\b", r"\bfizz", r"\bbuzz"),
-        ),
-        CodeFamily(
-            "reverse_replace_fn",
-            reverse_replace_fn,
-            tuple(permutations(string.ascii_lowercase, 2)),
-            (r"\brevers", r"\breplace", r"\[::-1\]"),
-        ),
-    )
+STDIN_FAMILIES = (
+    CodeFamily("sum_plus", sum_plus, tuple((k,) for k in range(1, 1000)), (r"\bsum\b", r"\bplus\b")),
+    CodeFamily("larger_times", larger_times, tuple((k,) for k in range(2, 1000)), (r"\blarger\b", r"\bmax")),
+    CodeFamily("count_letters", count_letters, LETTER_TRIPLES, (r"\bhow many\b", r"\bcount")),
+    CodeFamily("digit_sum_times", digit_sum_times, tuple((k,) for k in range(2, 1000)), (r"\bdigits?\b",)),
+    CodeFamily("list_max_plus", list_max_plus, tuple((k,) for k in range(1, 1000)), (r"\blargest\b", r"\bmax")),
+    CodeFamily(
+        "fizz_word",
+        fizz_word,
+        tuple((k, word) for k in range(2, 10) for word in WORDS),
+        (r"\bmultiples?\b", r"\bfizz", r"\bbuzz"),
+    ),
+    CodeFamily(
+        "reverse_replace",
+        reverse_replace,
+        tuple(permutations(string.ascii_lowercase, 2)),
+        (r"\brevers", r"\breplace", r"\[::-1\]"),
+    ),
+)
+# The function-call versions (round 2): the same parameters and statements, a function to write instead of a program.
+FUNCTION_BUILDERS = {
+    "sum_plus": sum_plus_fn,
+    "larger_times": larger_times_fn,
+    "digit_sum_times": digit_sum_times_fn,
+    "count_letters": count_letters_fn,
+    "fizz_word": fizz_word_fn,
+    "reverse_replace": reverse_replace_fn,
+}
+FAMILIES = {family.name: family for family in STDIN_FAMILIES}
+FAMILIES |= {
+    f"{name}_fn": replace(FAMILIES[name], name=f"{name}_fn", build=build) for name, build in FUNCTION_BUILDERS.items()
 }
 ROUND_1 = (
     "sum_plus",

@@ -74,15 +74,15 @@ def _kill_all(state: dict, pgid: int) -> None:
     if os.getpid() == 1:
         try:
             os.kill(-1, signal.SIGKILL)  # from a namespace's init: every other process in it, never outside it
-        except ProcessLookupError:
+        except ProcessLookupError:  # nothing else left in the namespace: what the kill is for, not a failure
             pass
     elif state["root"]:
         _kill_uid(state["turn"]["id"])
     else:
         try:
             os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        except (ProcessLookupError, PermissionError):  # the group is gone (its id unused, or reused by another user):
+            pass  # nothing of the program's is left to kill
 
 
 def _kill_uid(uid: int) -> None:
@@ -95,7 +95,7 @@ def _kill_uid(uid: int) -> None:
             for _ in range(2):
                 try:
                     os.kill(-1, signal.SIGKILL)
-                except ProcessLookupError:
+                except ProcessLookupError:  # no process of this uid is left: done
                     break
         finally:
             os._exit(0)
