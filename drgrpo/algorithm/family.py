@@ -223,7 +223,11 @@ def _sampled_from(config: Any) -> str:
     if getattr(config, "engine", None) == "cpu":
         if old.startswith("pi_old ="):
             old = "pi_old = pi_theta (on-policy, not recomputed; the sampler weights use the loss's own forward)"
-        weights = "a bf16 copy synced once per optimizer step" if config.bf16 else "the trained weights themselves"
+        weights = (
+            "a bf16 copy synced once per optimizer step"
+            if config.bf16
+            else "the trained weights themselves (their linear layers packed for oneDNN once per step, unless LoRA)"
+        )
         return f"sampled by the CPU engine from {weights}; {old}; {_correction(config, 'engine')}"
     if not config.use_vllm:
         if old.startswith("pi_old ="):

@@ -175,11 +175,15 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        if self._dynamic_sampler is not None and mode == "train":
-            return self._dynamic_sampler.fill(inputs, self._score_generation)
-        output = self._score_generation(inputs)
-        self._log_batch_diagnostics(output, mode, num_generations)
-        return output
+        try:
+            if self._dynamic_sampler is not None and mode == "train":
+                return self._dynamic_sampler.fill(inputs, self._score_generation)
+            output = self._score_generation(inputs)
+            self._log_batch_diagnostics(output, mode, num_generations)
+            return output
+        finally:
+            if self._engine is not None:  # the float32 packed view is not held through the loss's forward/backward
+                self._engine.weights.free(self.model)
 
     # TRL computes advantages inline in its 400-line `_generate_and_score_completions`; we let it run unchanged and
     # then replace its advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases

@@ -7,8 +7,9 @@ generation autocasts too: inside both, matmul outputs are bf16 while the weights
 states (`tests/test_cpu_bf16.py` checks all of it). TRL's in-loop evaluation uses the same forward. vLLM generates
 in its own dtype; TRL's transformers continuous batching casts the model itself to bf16 (so it is not used on CPU).
 On a CPU the generation engine (drgrpo/algorithm/rollout/engine.py, `generation_engine: auto`) generates instead of
-TRL's `generate`: from a bf16 copy of the weights with bf16 on, else from the trained weights themselves; TRL's
-in-loop evaluation and the project's evaluator generate with it too.
+TRL's `generate`: from a bf16 copy of the weights with bf16 on, else from the trained weights themselves (their
+linear layers packed for oneDNN once per optimizer step); TRL's in-loop evaluation and the project's evaluator
+generate with it too.
 """
 
 from __future__ import annotations

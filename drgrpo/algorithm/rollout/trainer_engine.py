@@ -26,7 +26,7 @@ from drgrpo.algorithm.rollout.arguments import resolve_generation_engine
 from drgrpo.algorithm.rollout.engine import GenerationEngine, Sampled
 from drgrpo.algorithm.rollout.lora_merge import check_mergeable
 from drgrpo.algorithm.rollout.sampler import SamplingParams, row_seed
-from drgrpo.algorithm.rollout.weights import GenerationWeights
+from drgrpo.algorithm.rollout.weights import GenerationWeights, views_packed
 from drgrpo.observe import metric_names as names
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,12 @@ class TrainerEngine:
     def describe(self, model) -> str:
         """The start-up line: the engine, its weights (those of the trained `model` or a copy), their sync."""
         dtype = str(self.weights.dtype).removeprefix("torch.")
-        if not self.weights.is_copy(model):
+        if not self.weights.is_copy(model) and views_packed(model):
+            weights = (
+                "the trained float32 weights, its linear layers packed for oneDNN at each optimizer step (dropped "
+                "once the step's generation is done)"
+            )
+        elif not self.weights.is_copy(model):
             trained = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()}
             weights = f"the trained {'/'.join(sorted(trained))} weights themselves (no copy, nothing to sync)"
         elif self.weights.persistent:
