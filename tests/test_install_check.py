@@ -122,13 +122,22 @@ def pypi_reachable() -> bool:
         return False
 
 
-def check_install(pip_args: str) -> subprocess.CompletedProcess:
-    """`scripts/check_install.py` as a user's pip runs it: this machine's own pip configuration (local find-links
-    holding a CPU torch, local mirrors) is switched off, so that pip resolves from PyPI alone."""
+def check_installs(*pip_args: str) -> list[subprocess.CompletedProcess]:
+    """`scripts/check_install.py` as a user's pip runs it, once per `pip_args`, all at once (pip's resolver mostly
+    waits on PyPI): this machine's own pip configuration (local find-links holding a CPU torch, local mirrors) is
+    switched off, so that pip resolves from PyPI alone."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
-    command = [PYTHON, "scripts/check_install.py", "--pip_args", pip_args, "--extras", "dev,vllm"]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    commands = [[PYTHON, "scripts/check_install.py", "--pip_args", args, "--extras", "dev,vllm"] for args in pip_args]
+    running = [
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for command in commands
+    ]
+    results = []
+    for command, process in zip(commands, running, strict=True):
+        stdout, stderr = process.communicate(timeout=1200)
+        results.append(subprocess.CompletedProcess(command, process.returncode, stdout, stderr))
+    return results
 
 
 @pytest.mark.slow
@@ -137,11 +146,10 @@ def test_real_resolver_passes_the_documented_line_and_fails_vllm_0_33():
     GPU line resolves to torch, torchvision and vLLM of one CUDA major version."""
     if not pypi_reachable():
         skip_unless_required("pypi", "PyPI is not reachable from this machine: pip's resolver cannot run")
-    good = check_install("torch==2.13.0")
+    good, bad = check_installs("torch==2.13.0", "torch==2.13.0 vllm==0.33.0")
     assert good.returncode == 0, good.stdout + good.stderr[-3000:]
     assert "check-install: OK" in good.stdout and "vllm 0.30.0" in good.stdout.lower()
     assert "CUDA builds: CUDA 13 (torch, torchvision, vllm): NVIDIA driver R580 or newer" in good.stdout
-    bad = check_install("torch==2.13.0 vllm==0.33.0")
     assert bad.returncode == 1 and "check-install: FAILED" in bad.stdout
     assert "torch" in bad.stdout  # pip names the torch vLLM 0.33 pins, or the check names the replaced torch
 
