@@ -22,10 +22,14 @@ os.environ.pop("MAKELEVEL", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-# Capabilities a machine must have for its tests to run rather than skip (comma-separated, or `all`): namespaces, root,
-# system_python, cgroups, landlock, prlimit, pypi, smollm2, quiet_machine (the sandbox's fairness test can only judge a
-# machine not loaded past its limits). `.ci/run` sets `all`, so a test that would skip there fails instead.
+# Capabilities a machine must have for its tests to run rather than skip (`$DRGRPO_REQUIRE`: comma-separated names of
+# `CAPABILITIES`, or `all`; quiet_machine: the sandbox's fairness test can only judge a machine not loaded past its
+# limits). `.ci/run` sets `all`, so a test that would skip there fails instead.
 REQUIRE_ENV = "DRGRPO_REQUIRE"
+CAPABILITIES = frozenset(
+    {"namespaces", "root", "system_python", "cgroups", "landlock", "prlimit", "pypi", "network_cut", "smollm2",
+     "quiet_machine", "proc_stat", "shellcheck", "cpu_torch", "no_gpu"}
+)  # fmt: skip
 
 
 # Seconds each test file took in a recorded run (`DRGRPO_RECORD_DURATIONS=1 make test` rewrites it):
@@ -77,7 +81,12 @@ def default_sigint() -> None:
 def skip_unless_required(requirement: str, reason: str) -> NoReturn:
     """Skip the calling test for `reason` (a missing `requirement` of the machine), or fail it where `$DRGRPO_REQUIRE`
     names `requirement` or `all`: a skip is never silent on a machine that is meant to run the test."""
+    if requirement not in CAPABILITIES or not reason.strip():  # a misspelt name could never be required
+        pytest.fail(f"skip_unless_required({requirement!r}, {reason!r}): name one of {sorted(CAPABILITIES)} and why")
     required = {name.strip() for name in os.environ.get(REQUIRE_ENV, "").split(",") if name.strip()}
+    unknown = sorted(required - CAPABILITIES - {"all"})
+    if unknown:
+        pytest.fail(f"{REQUIRE_ENV} names no capability {', '.join(unknown)}; choose: {sorted(CAPABILITIES)}, all")
     if requirement in required or "all" in required:
         pytest.fail(f"{reason}; {REQUIRE_ENV}={os.environ[REQUIRE_ENV]} requires {requirement!r} on this machine")
     # Not silent: the reason names the missing capability and how to require it, and pytest's `-ra` (pyproject's
