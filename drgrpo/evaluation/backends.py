@@ -110,7 +110,7 @@ class TransformersBackend:
     ):
         import torch
 
-        from drgrpo.algorithm.rollout.weights import GenerationWeights, pack_linears, views_packed
+        from drgrpo.algorithm.rollout.weights import inference_model
         from drgrpo.core.adapters import load_causal_lm
 
         self.device = device or generation_device()
@@ -123,11 +123,7 @@ class TransformersBackend:
             load_dtype = getattr(torch, name)
         # A LoRA adapter folder loads as its base with the adapter merged in (drgrpo/core/adapters.py).
         model = load_causal_lm(model_path, dtype=load_dtype).to(self.device).eval()
-        if name == "float32" and views_packed(model):
-            pack_linears(model)  # in place (no second copy of the weights): this model is only generated with
-            self.model = model
-        else:
-            self.model = GenerationWeights(getattr(torch, name)).for_generation(model, 0)
+        self.model = inference_model(model, getattr(torch, name))
         # What `computes()` reports; the loaded model itself is not kept (the copy, when there is one, is enough).
         self.copied, self.loaded_dtype = self.model is not model, str(load_dtype).removeprefix("torch.")
         self.tokenizer = tokenizer

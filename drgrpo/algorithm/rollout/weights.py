@@ -121,25 +121,37 @@ def pack_linears(model) -> None:
                 setattr(parent, name, PackedLinear(child))
 
 
+def _empty_model(base, dtype: torch.dtype | None = None):
+    """A model of `base`'s class on the meta device (no weights allocated), from a copy of its config, in `dtype`
+    (else its own). The class itself, not `_from_config`: under DeepSpeed ZeRO-3 that would partition it (zero.Init)."""
+    config = copy.deepcopy(base.config)
+    if dtype is not None:
+        config.dtype = dtype
+    with torch.device("meta"):
+        model = type(base)(config)
+    return model if dtype is None else model.to(dtype)
+
+
+def _finish_inference_model(model, base) -> None:
+    """Give `model` `base`'s buffers as `base` holds them (RoPE's inv_freq stays float32: only parameters are cast or
+    shared) and generation config, and put it in inference mode (no gradients, eval)."""
+    buffers = {name: full(buffer) for name, buffer in base.named_buffers()}
+    for name in [name for name, _ in model.named_buffers()]:
+        owner, _, leaf = name.rpartition(".")
+        model.get_submodule(owner).register_buffer(leaf, buffers[name].detach().clone(), persistent=False)
+    model.generation_config = copy.deepcopy(base.generation_config)
+    model.requires_grad_(False)
+    model.eval()
+
+
 def build_copy(model, dtype: torch.dtype):
     """A new model of `model`'s (base) class in `dtype`: the trained weights cast in, its buffers as they are."""
     base = base_model(model)
-    config = copy.deepcopy(base.config)
-    config.dtype = dtype
-    # The class itself, not `_from_config`: under DeepSpeed ZeRO-3 that would partition the copy (zero.Init).
-    with torch.device("meta"):
-        generation_copy = type(base)(config).to(dtype)
+    generation_copy = _empty_model(base, dtype)
     device = next(base.parameters()).device
     generation_copy.to_empty(device=device)
     generation_copy.tie_weights()
-    buffers = {name: full(buffer) for name, buffer in base.named_buffers()}
-    for name in [name for name, _ in generation_copy.named_buffers()]:
-        # As the trained model holds it (RoPE's inv_freq stays float32): only parameters are cast.
-        owner, _, leaf = name.rpartition(".")
-        generation_copy.get_submodule(owner).register_buffer(leaf, buffers[name].detach().clone(), persistent=False)
-    generation_copy.generation_config = copy.deepcopy(base.generation_config)
-    generation_copy.requires_grad_(False)
-    generation_copy.eval()
+    _finish_inference_model(generation_copy, base)
     load_weights(generation_copy, model)
     if packs_linears(dtype, device):
         pack_linears(generation_copy)
@@ -150,18 +162,12 @@ def packed_view(model):
     """A model of `model`'s class for inference whose parameters are `model`'s own tensors (shared, not copied) and
     whose linear layers are packed for oneDNN from them (`PackedLinear`; the LM head too, tied or not): a float32
     generation copy at the cost of the packed weights alone. Valid until the optimizer next changes `model`."""
-    config = copy.deepcopy(model.config)
-    with torch.device("meta"):
-        view = type(model)(config)
+    view = _empty_model(model)
     shared = dict(_named_weights(model))
     for name, _ in list(view.named_parameters(remove_duplicate=False)):  # a tied LM head takes the embedding's tensor
         owner, _, leaf = name.rpartition(".")
         view.get_submodule(owner)._parameters[leaf] = torch.nn.Parameter(shared[name], requires_grad=False)
-    for name, buffer in model.named_buffers():
-        owner, _, leaf = name.rpartition(".")
-        view.get_submodule(owner).register_buffer(leaf, buffer.detach().clone(), persistent=False)
-    view.generation_config = copy.deepcopy(model.generation_config)
-    view.eval()
+    _finish_inference_model(view, model)
     pack_linears(view)
     return view
 
@@ -195,6 +201,16 @@ def load_weights(generation_copy, model) -> None:
         raise RuntimeError(f"generation copy: no trained weight for {', '.join(missing[:5])}")
 
 
+def inference_model(model, dtype: torch.dtype):
+    """The model to generate with in `dtype` when the caller gives `model` up (the evaluator): a float32 model on a
+    CPU packed in place (no second copy of its weights at any point), else `GenerationWeights`' model or copy."""
+    weights = GenerationWeights(dtype)
+    if not weights.is_copy(model) and views_packed(model):
+        pack_linears(model)
+        return model
+    return weights.for_generation(model, 0)
+
+
 class GenerationWeights:
     """The model the engine generates with, in `dtype`: the trained model itself when `dtype` is its own (or None),
     else a copy, persistent (synced when the optimizer has stepped) or built for each call (`persistent=False`:
@@ -222,28 +238,22 @@ class GenerationWeights:
         return any(p.dtype != self.dtype for p in base_model(model).parameters() if p.is_floating_point())
 
     def for_generation(self, model, step: int):
-        """The model to generate with at optimizer step `step`: `model` itself, its packed view (built at the step's
-        first call), or the copy, synced if needed."""
-        if not self.is_copy(model):
-            if not views_packed(model):
-                return model
-            if self.copy is None or self.synced_step != step:
-                start = time.perf_counter()
-                self.copy = None  # the last step's view is dropped before the new one is packed
-                self.copy = packed_view(model)
-                self.synced_step = step
-                self.syncs += 1
-                self.last_sync_seconds = time.perf_counter() - start
-                self.sync_seconds += self.last_sync_seconds
+        """The model to generate with at optimizer step `step`: `model` itself, its packed view (packed again at each
+        step's first call), or the copy, synced if needed."""
+        view = not self.is_copy(model)
+        if view and not views_packed(model):
+            return model
+        if self.copy is not None and self.persistent and self.synced_step == step:
             return self.copy
         start = time.perf_counter()
-        if self.copy is None or not self.persistent:
+        if view:
+            self.copy = None  # the last step's view is dropped before the new one is packed
+            self.copy = packed_view(model)
+        elif self.copy is None or not self.persistent:
             dtype = self.dtype or next(p.dtype for p in base_model(model).parameters() if p.is_floating_point())
             self.copy = build_copy(model, dtype)
-        elif self.synced_step != step:
-            load_weights(self.copy, model)
         else:
-            return self.copy
+            load_weights(self.copy, model)
         self.synced_step = step
         self.syncs += 1
         self.last_sync_seconds = time.perf_counter() - start
