@@ -38,6 +38,14 @@ CAPABILITIES = frozenset(
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the files in the order `pytest_collection_modifyitems` gives them: pytest-xdist >= 3.7 re-sorts
+    `--dist loadscope`'s files by their number of tests unless told not to, which handed the two longest files
+    (the wheelhouse install and the GPU smoke, one test each) out last, one worker running them alone at the end."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under parallel workers (`make test`: pytest-xdist, one test file per worker at a time; this runs in each
     worker, which xdist starts with `workerinput`) files are handed out longest first (`DURATIONS_FILE`), a file not
