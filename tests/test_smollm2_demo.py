@@ -14,6 +14,7 @@ from conftest import PYTHON, ROOT, skip_unless_required
 from drgrpo.experiments.arithmetic_task import QUESTION, addition_pairs, split_pairs, write_chat_addition_task
 from drgrpo.experiments.smollm2_demo import (
     SmolDemoSettings,
+    release_trainer,
     strict_accuracy,
     strict_correct,
 )
@@ -74,6 +75,28 @@ def test_strict_accuracy_counts_truncated_samples_wrong_only_under_the_papers_ru
     assert strict_accuracy(samples) == 0.5
     assert strict_accuracy(samples, truncated_as_wrong=True) == 0.25
     assert SmolDemoSettings().truncated_as_wrong is True  # the demo's default: as zero_reward_for_truncated trains
+
+
+def test_a_released_trainer_frees_its_model_and_optimizer(tiny_model_path, addition_data, tmp_path):
+    """`release_trainer` before the demo's after-evaluation: the trained model, its gradients and AdamW's states are
+    freed while the trainer object itself is still alive (transformers' callback handler kept them: 2.2 GB of
+    SmolLM2's training state under the after-evaluation)."""
+    import weakref
+
+    from drgrpo.recipe.cli import parse_recipe
+    from drgrpo.run.training import train
+
+    argv = [
+        "recipes/tiny_drgrpo.yaml", "--model_name_or_path", str(tiny_model_path), "--dataset_path",
+        str(addition_data["train"]), "--output_dir", str(tmp_path / "run"), "--max_steps", "1",
+        "--per_device_train_batch_size", "8", "--num_generations", "4", "--save_strategy", "no", "--report_to", "none",
+    ]  # fmt: skip
+    trainer = train(*parse_recipe(argv))
+    optimizer = trainer.optimizer.optimizer  # torch's AdamW inside accelerate's wrapper
+    assert optimizer.state  # a step was taken: the moments exist
+    model, optimizer = weakref.ref(trainer.model), weakref.ref(optimizer)
+    release_trainer(trainer)
+    assert model() is None and optimizer() is None
 
 
 @pytest.mark.slow
