@@ -86,7 +86,7 @@ def zero3_run(tmp_path_factory, tiny_model_path, addition_data) -> dict:
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"ZeRO-3 run failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     ranks = [json.loads((work / "probe" / f"rank{i}.json").read_text()) for i in range(WORLD_SIZE)]
-    return {"output_dir": work / "model", "ranks": ranks}
+    return {"output_dir": work / "model", "ranks": ranks, "output": result.stdout + result.stderr}
 
 
 def test_config_is_zero3_with_two_cpu_processes():
@@ -102,6 +102,12 @@ def test_both_ranks_ran_zero3(zero3_run):
     ranks = zero3_run["ranks"]
     assert [r["process_index"] for r in ranks] == [0, 1]
     assert all(r["num_processes"] == WORLD_SIZE and r["zero_stage"] == 3 for r in ranks)
+
+
+def test_no_rank_builds_deepspeeds_shared_memory_operator(zero3_run):
+    """DeepSpeed without a GPU JIT-compiles `deepspeed_shm_comm` (g++, ~100 s on 2 cores, per virtual environment),
+    which only its inference all-reduce uses (drgrpo/core/deepspeed_cpu.py): it prints "... built successfully"."""
+    assert "deepspeed_shm_comm" not in zero3_run["output"]
 
 
 def test_every_parameter_is_split_in_half(zero3_run):

@@ -22,6 +22,7 @@ from drgrpo.algorithm.sampling_keys import GENERATION_KWARGS, SAMPLING_KEYS, che
 from drgrpo.algorithm.schedule_keys import SCHEDULE_KEYS, check_schedule_values
 from drgrpo.algorithm.step_speed import StepSpeedArguments
 from drgrpo.core.cpu_bf16 import resolve_bf16, this_cpu_bf16
+from drgrpo.core.deepspeed_cpu import skip_shm_comm_op
 from drgrpo.observe.diagnostics import DiagnosticsArguments
 
 # What `dr_grpo: true` means in TRL's terms (Liu et al., arXiv 2503.20783; background note, section 3).
@@ -163,6 +164,7 @@ class DrGRPOConfig(
         self.check_family_settings()  # advantage baseline, KL in reward, dynamic sampling: drgrpo/algorithm/family.py
         self.check_tool_settings()  # the Python tool's call budget, output, time limit: algorithm/rollout/arguments.py
         self.check_engine_settings()
+        skip_shm_comm_op(self.deepspeed)  # before DeepSpeed starts: no g++ build of an operator training never uses
         super().__post_init__()
         # Which engine generates (drgrpo/algorithm/rollout/engine.py); the trainer re-checks what only it knows
         # (DeepSpeed ZeRO-3 without gathering for generation).

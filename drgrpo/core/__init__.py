@@ -20,5 +20,6 @@ Modules, each importing only the ones listed before it:
 - `cpu_bf16`: whether the CPU computes bf16 natively (its flags), and what a recipe's `bf16: auto` resolves to;
 - `heap`: freed memory returned to the system between the stages of a run (glibc's `malloc_trim`);
 - `control_chars`: C0/C1 control characters stripped from the tool's observations, escaped in the console's
-  completions table.
+  completions table;
+- `deepspeed_cpu`: DeepSpeed without a GPU kept from compiling an operator training never uses.
 """
