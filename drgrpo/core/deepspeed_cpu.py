@@ -12,16 +12,15 @@ starts (from `DrGRPOConfig.__post_init__`, ahead of the device set-up). A GPU ru
 
 from __future__ import annotations
 
-import os
-
 SHM_COMM_OP = "deepspeed_shm_comm"
 
 
 def deepspeed_requested(deepspeed_config: object) -> bool:
     """Whether this process will run DeepSpeed: a `deepspeed` config given to the trainer's arguments, or
     `accelerate launch` with a DeepSpeed config (it sets ACCELERATE_USE_DEEPSPEED)."""
-    launched = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").strip().lower() in ("1", "true", "yes", "on")
-    return bool(deepspeed_config) or launched
+    from accelerate.utils import parse_flag_from_env
+
+    return bool(deepspeed_config) or parse_flag_from_env("ACCELERATE_USE_DEEPSPEED")
 
 
 def skip_shm_comm_op(deepspeed_config: object = None) -> bool:
@@ -37,9 +36,5 @@ def skip_shm_comm_op(deepspeed_config: object = None) -> bool:
         import deepspeed.ops
     except ImportError:
         return False  # DeepSpeed itself will say it is missing
-    table = vars(deepspeed.ops).get("__compatible_ops__")
-    if table is None:
-        table = {}
-        deepspeed.ops.__compatible_ops__ = table
-    table[SHM_COMM_OP] = False
+    vars(deepspeed.ops).setdefault("__compatible_ops__", {})[SHM_COMM_OP] = False  # set before any probe
     return True
