@@ -301,6 +301,26 @@ def test_the_copy_follows_the_trained_weights_after_each_optimizer_step_not_befo
     assert torch.equal(after.get_input_embeddings().weight, embed.to(torch.bfloat16))
 
 
+def test_free_drops_the_bf16_copy_and_the_next_step_builds_it_from_the_current_weights(tiny):
+    """The trainer frees the copy when a step's generation is done, so the loss's forward and backward never hold it
+    (270 MB for SmolLM2-135M): the next step's first call builds it again, from the weights the optimizer left, and
+    counts one sync for that step, as the in-place cast did."""
+    model, _, _ = tiny
+    trained = type(model)._from_config(model.config, dtype=torch.float32)
+    trained.load_state_dict(model.state_dict())
+    weights = GenerationWeights(torch.bfloat16)
+    first = weights.for_generation(trained, step=0)
+    assert weights.for_generation(trained, step=0) is first  # the calls of one step share it until it is freed
+    weights.free()
+    assert weights.copy is None
+    embed = trained.get_input_embeddings().weight
+    with torch.no_grad():
+        embed.add_(1.0)  # an optimizer step
+    rebuilt = weights.for_generation(trained, step=1)
+    assert rebuilt is not first and weights.syncs == 2
+    assert torch.equal(rebuilt.get_input_embeddings().weight, embed.to(torch.bfloat16))
+
+
 def test_float32_generates_from_a_packed_view_sharing_the_trained_tensors_rebuilt_each_step_and_freed(tiny):
     """A float32 model on a CPU: the engine decodes with a view whose parameters are the trained tensors themselves
     (no copy) and whose linear layers are packed for oneDNN; the next optimizer step packs again, and `free` drops it
@@ -328,7 +348,7 @@ def test_float32_generates_from_a_packed_view_sharing_the_trained_tensors_rebuil
         assert after is not view and weights.syncs == 2
         assert (after(ids).logits - trained(ids).logits).abs().max() < 1e-4
         assert (stale - trained(ids).logits).abs().max() > 1e-3  # the old view's packed layers were the old weights
-    weights.free(trained)
+    weights.free()
     assert weights.copy is None
     assert trained.config._attn_implementation == model.config._attn_implementation
 
@@ -447,12 +467,14 @@ def test_bf16_syncs_once_per_step_and_its_weights_change_the_loss(tiny_model_pat
         trainer.args.vllm_importance_sampling_correction = correction
         loss = compute(model, inputs)
         losses.setdefault("pairs", []).append((plain, loss.item()))
+        losses.setdefault("copy_held", []).append(engine.weights.copy is not None)
         return loss
 
     trainer._compute_loss = both_losses
     trainer.train()
     assert seen == [True, True]  # the copy was the cast trained weights at each step's generation
     assert engine.weights.syncs == 2 and logged(trainer, "engine/weight_syncs") == [1.0, 2.0]
+    assert not any(losses["copy_held"])  # the loss's forward and backward never hold the bf16 copy
     assert max(logged(trainer, "sampling/sampling_logp_difference/max")) > 1e-3  # bf16 samples off-policy
     assert any(abs(plain - corrected) > 1e-7 for plain, corrected in losses["pairs"])
 

@@ -182,8 +182,8 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
             self._log_batch_diagnostics(output, mode, num_generations)
             return output
         finally:
-            if self._engine is not None:  # the float32 packed view is not held through the loss's forward/backward
-                self._engine.weights.free(self.model)
+            if self._engine is not None:  # the generation weights are not held through the loss's forward/backward
+                self._engine.weights.free()
 
     # TRL computes advantages inline in its 400-line `_generate_and_score_completions`; we let it run unchanged and
     # then replace its advantages with `group_advantages` on the same rewards. Only the group-wise/no-scaling cases

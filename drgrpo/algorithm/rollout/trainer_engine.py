@@ -5,8 +5,9 @@ GRPO rollouts) and the Python tool's loop (`generation.TrainerTurns`) call inste
 
 - the weights: inside TRL's `unwrap_model_for_generation` (the same context TRL's own generation uses: ZeRO-3
   parameters gathered, gradient checkpointing off), `GenerationWeights.for_generation` gives the trained model itself
-  (float32) or its copy in bf16, cast again only when the optimizer has stepped since the last sync (a copy built per
-  call and dropped under ZeRO-3 and FSDP, whose sharding a persistent full copy would undo);
+  (float32, or its packed view) or its copy in bf16, cast once per optimizer step and dropped when the step's
+  generation is done (a copy built per call and dropped under ZeRO-3 and FSDP, whose sharding a full copy held
+  across calls would undo);
 - the seeds: one per row, a hash of (run seed, train/eval, optimizer step, generation call of that mode at that step,
   rank, row or the tool loop's owner), so a row's random numbers depend on nothing another row does (a padding row
   included), and a resumed run samples what the uninterrupted one did, evaluation or not (calls are counted per mode:
@@ -87,7 +88,10 @@ class TrainerEngine:
             trained = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()}
             weights = f"the trained {'/'.join(sorted(trained))} weights themselves (no copy, nothing to sync)"
         elif self.weights.persistent:
-            weights = f"a {dtype} copy of the trained weights, cast again once per optimizer step"
+            weights = (
+                f"a {dtype} copy of the trained weights, cast once per optimizer step (dropped once the step's "
+                "generation is done)"
+            )
         else:
             weights = f"a {dtype} copy cast from the gathered weights at each generation call (sharded training)"
         return f"generation: the CPU engine (drgrpo/algorithm/rollout/engine.py) samples from {weights}"
