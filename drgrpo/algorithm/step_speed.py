@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 @dataclass
 class StepSpeedArguments:
-    """Keys that remove work from a training step without changing what it computes (drgrpo/algorithm/step_speed.py),
+    """Keys that remove work (or kept activations) from a training step without changing what it computes
+    (drgrpo/algorithm/step_speed.py, drgrpo/algorithm/swiglu.py),
     and `bf16` with its `auto` (drgrpo/core/cpu_bf16.py; resolved in `DrGRPOConfig.__post_init__`)."""
 
     # TRL's `bf16` (bool, unset meaning True), widened to take `auto`: on a CPU run bf16 only where the processor
@@ -60,6 +61,15 @@ class StepSpeedArguments:
             "Only where pi_old is not recomputed (num_iterations 1, steps_per_generation <= "
             "gradient_accumulation_steps), sort_by_length is on, gradient checkpointing is off and the model is a "
             "plain transformers model (no peft, FSDP or DeepSpeed)."
+        },
+    )
+    recompute_swiglu: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep only the gate and up projections of each SwiGLU MLP (Llama, SmolLM2, Qwen2/3, Mistral) for "
+            "the backward and compute SiLU and their product again there: bit-identical gradients, two of the "
+            "MLP's four intermediate-width tensors kept per token instead of four (drgrpo/algorithm/swiglu.py). "
+            "Nothing to do under gradient checkpointing, which keeps nothing of the layer."
         },
     )
     compact_lm_head: bool = field(

@@ -44,6 +44,7 @@ from drgrpo.algorithm.sampler_correction import (
 )
 from drgrpo.algorithm.shared_prompt import shared_prompt_forward, shares_prompts
 from drgrpo.algorithm.step_speed import compact_fused_lm_head
+from drgrpo.algorithm.swiglu import saves_less
 from drgrpo.observe import diagnostics, metric_names
 from drgrpo.observe.failure_warnings import DiagnosticsCallback
 
@@ -116,6 +117,9 @@ class DrGRPOTrainer(FiniteSteps, StagedCheckpoints, GRPOTrainer):
         # The CPU engine (drgrpo/algorithm/rollout/engine.py) where the config resolved to it, else TRL's generation;
         # built after the eos list is complete: it stops rows at every end token, the recipe's extra ones included.
         self._engine = build_trainer_engine(self)
+        # The loss forward's SwiGLU MLPs keep gate and up only for the backward (drgrpo/algorithm/swiglu.py): here,
+        # after TRL has decided on gradient checkpointing (under which there is nothing to save).
+        self._lean_mlps = saves_less(self.model) if self.args.recompute_swiglu else 0
         self._dynamic_sampler = DynamicSampler(self) if self.args.dynamic_sampling else None
         if self.args.diagnostics_warnings:
             self.add_callback(DiagnosticsCallback(self.args))
