@@ -73,8 +73,8 @@ def _lean_forward(self, x: torch.Tensor) -> torch.Tensor:
     if not (torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)):
         return self.down_proj(self.act_fn(gate) * up)
     product = SiluMul.apply(gate, up)
-    if product.storage_offset() != 0 or not product.is_contiguous():  # as_strided below assumes a fresh tensor
-        return self.down_proj(product)
+    if product.numel() == 0 or product.storage_offset() != 0 or not product.is_contiguous():
+        return self.down_proj(product)  # the storage test and as_strided below need a fresh, non-empty tensor
     storage, pack, unpack = _recompute_product(gate, up)
     storage.append(product.untyped_storage().data_ptr())
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
