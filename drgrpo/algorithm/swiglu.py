@@ -1,4 +1,4 @@
-"""SwiGLU MLPs that keep two of their four intermediate-width tensors for the backward: the same gradients, bit for bit.
+"""SwiGLU MLPs that keep two of their four intermediate-width tensors for the backward, computing the same values.
 
 The MLP of Llama, SmolLM2, Qwen2/3 and Mistral computes `down_proj(silu(gate_proj(x)) * up_proj(x))`. For its
 backward autograd keeps four tensors of the intermediate width (1536 for SmolLM2, 2.7x the hidden size) per token:
@@ -50,13 +50,13 @@ class SiluMul(torch.autograd.Function):
         return grad_gate, grad_up
 
 
-def _recompute_product(gate: torch.Tensor, up: torch.Tensor):
-    """Saved-tensor hooks for `down_proj`'s call: its saved copy of the product `silu(gate) * up` (or a view of it)
+def _recompute_product(gate: torch.Tensor, up: torch.Tensor, product: torch.Tensor):
+    """Saved-tensor hooks for `down_proj`'s call: its saved copy of `product` (`silu(gate) * up`, or a view of it)
     becomes a note, and is computed again from `gate` and `up` when the backward needs it."""
-    product_storage: list[int] = []
+    product_storage = product.untyped_storage().data_ptr()
 
     def pack(saved: torch.Tensor):
-        if product_storage and saved.untyped_storage().data_ptr() == product_storage[0]:
+        if saved.untyped_storage().data_ptr() == product_storage:
             return ("product", saved.size(), saved.stride(), saved.storage_offset())
         return saved
 
@@ -66,7 +66,7 @@ def _recompute_product(gate: torch.Tensor, up: torch.Tensor):
             return (F.silu(gate) * up).as_strided(size, stride, offset)
         return packed
 
-    return product_storage, pack, unpack
+    return pack, unpack
 
 
 def _lean_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -74,12 +74,10 @@ def _lean_forward(self, x: torch.Tensor) -> torch.Tensor:
     gate, up = self.gate_proj(x), self.up_proj(x)
     if not (torch.is_grad_enabled() and (gate.requires_grad or up.requires_grad)):
         return self.down_proj(self.act_fn(gate) * up)
-    product = SiluMul.apply(gate, up)
-    if product.numel() == 0 or product.storage_offset() != 0 or not product.is_contiguous():
-        return self.down_proj(product)  # the storage test and as_strided below need a fresh, non-empty tensor
-    storage, pack, unpack = _recompute_product(gate, up)
-    storage.append(product.untyped_storage().data_ptr())
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+    product = SiluMul.apply(gate, up)  # a fresh contiguous tensor: as_strided in `unpack` rebuilds any view of it
+    if product.numel() == 0:  # an empty tensor's storage cannot be told apart from another's
+        return self.down_proj(product)
+    with torch.autograd.graph.saved_tensors_hooks(*_recompute_product(gate, up, product)):
         return self.down_proj(product)
 
 
