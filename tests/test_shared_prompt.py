@@ -125,3 +125,55 @@ def test_a_step_with_shared_prompts_trains_as_trls_forward_does(tiny_model_path,
     assert fast.state.log_history[0]["grad_norm"] == pytest.approx(plain.state.log_history[0]["grad_norm"], rel=1e-4)
     for (name, a), b in zip(plain.model.named_parameters(), fast.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), name
+
+
+@pytest.fixture
+def two_threads():
+    """Torch at 2 intra-op threads for one test: CPU `index_put_` accumulates with parallel atomics only then."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_select_rows_is_transformers_selection_with_a_backward_that_repeats_its_bits(two_threads):
+    from transformers import DynamicCache
+
+    from drgrpo.algorithm.shared_prompt import select_rows
+
+    torch.manual_seed(0)
+    keys, values = torch.randn(2, 3, 48, 64), torch.randn(2, 3, 48, 64)
+    rows = torch.tensor([0, 0, 0, 0, 1, 1, 1, 0])
+    grad = torch.randn(8, 3, 48, 64)
+    reference = DynamicCache()
+    reference.update(keys, values, layer_idx=0)
+    reference.batch_select_indices(rows)
+    gradients = set()
+    for _ in range(40):
+        k, v = keys.clone().requires_grad_(), values.clone().requires_grad_()
+        cache = DynamicCache()
+        cache.update(k, v, layer_idx=0)
+        select_rows(cache, rows)
+        assert torch.equal(cache.layers[0].keys, reference.layers[0].keys)
+        assert torch.equal(cache.layers[0].values, reference.layers[0].values)
+        (cache.layers[0].keys * grad).sum().backward()
+        gradients.add(k.grad.numpy().tobytes())
+    assert len(gradients) == 1
+
+
+def test_the_shared_forward_gives_the_same_gradients_every_time_at_two_threads(fused_tiny, two_threads):
+    """16 rows on 2 prompts of 65 tokens: each layer's selected cache holds 65,536 keys, past the size where the
+    index's backward went parallel (two runs of the SmolLM2 demo's step 2 differed in 265 of 272 gradients)."""
+    model = fused_tiny
+    torch.manual_seed(1)
+    prompts = [torch.randint(10, 100, (65,)).tolist() for _ in range(2)]
+    completions = [torch.randint(10, 100, (n,)).tolist() for n in torch.randint(2, 8, (16,)).tolist()]
+    ids, mask, length = rows_of([prompts[row % 2] for row in range(16)], completions, pad=0)
+    gradients = set()
+    for _ in range(24):
+        model.zero_grad()
+        out = shared_prompt_forward(model, ids, mask, length)
+        (out.log_probs * torch.linspace(-1, 1, out.log_probs.numel()).view_as(out.log_probs)).sum().backward()
+        gradients.add(b"".join(p.grad.numpy().tobytes() for p in model.parameters() if p.grad is not None))
+    model.zero_grad()
+    assert len(gradients) == 1

@@ -9,7 +9,7 @@ the last prompt token:
 1. the distinct prompts (all but their last token) run through the backbone once, keeping their key/value cache,
    with gradients;
 2. the cache is indexed out to the micro-batch's rows (a differentiable index: each row's gradient flows back into
-   its prompt's one forward);
+   its prompt's one forward; `select_rows`, deterministic);
 3. the rows' last prompt token and completions run on top of it through TRL's fused LM head, which returns the
    completion tokens' log-probs and entropies as TRL's own forward does.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
 from drgrpo.algorithm.rollout.engine import cache_keyword
 
@@ -37,6 +38,23 @@ def prompt_groups(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
     rank = torch.empty_like(order)
     rank[order] = torch.arange(order.numel())
     return first[order], rank[inverse]
+
+
+def select_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
+    """Index every layer's keys and values out to `rows`, with a backward that gives the same bits each run.
+
+    transformers' `batch_select_indices` indexes with `keys[rows, ...]`, whose backward on CPU is `index_put_` with
+    accumulation, done with parallel atomic adds once a layer's cache holds 32,768 elements or more and torch runs 2
+    threads: the rows' gradients reach their shared prompt summed in a different order each run (last-bit
+    differences; two runs of the SmolLM2 demo's step 2 differed in 265 of 272 gradients, which moved its later samples
+    apart). `index_select`'s backward is `index_add_`, which adds the rows one after another."""
+    for layer in cache.layers:
+        keys = getattr(layer, "keys", None)
+        if type(layer) is DynamicLayer and keys is not None and keys.numel() > 0:
+            layer.keys = keys.index_select(0, rows)
+            layer.values = layer.values.index_select(0, rows)
+        else:  # another layer kind (sliding window, with an indexer): transformers' own selection, bits as before
+            layer.batch_select_indices(rows)
 
 
 def shares_prompts(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> bool:
@@ -66,7 +84,7 @@ def shared_prompt_forward(model, input_ids: torch.Tensor, attention_mask: torch.
         use_cache=True,
         **cached,
     )
-    cache.batch_select_indices(rows.to(input_ids.device))
+    select_rows(cache, rows.to(input_ids.device))
     suffix = input_ids[:, prefix:]
     labels = suffix.masked_fill(attention_mask[:, prefix:] == 0, -100)
     labels[:, 0] = -100  # the last prompt token: only the tokens after it are scored
