@@ -177,3 +177,19 @@ def test_the_shared_forward_gives_the_same_gradients_every_time_at_two_threads(f
         gradients.add(b"".join(p.grad.numpy().tobytes() for p in model.parameters() if p.grad is not None))
     model.zero_grad()
     assert len(gradients) == 1
+
+
+def test_select_rows_keeps_transformers_selection_off_the_cpu(monkeypatch):
+    """On CUDA `index_select`'s backward is the nondeterministic one and the indexing's is sorted: kept as it was."""
+    from transformers import DynamicCache
+
+    from drgrpo.algorithm.shared_prompt import select_rows
+
+    called = []
+    monkeypatch.setattr(DynamicCache, "batch_select_indices", lambda self, rows: called.append(rows.device.type))
+    cache = DynamicCache()
+    cache.update(torch.zeros(2, 1, 3, 4, device="meta"), torch.zeros(2, 1, 3, 4, device="meta"), layer_idx=0)
+    select_rows(cache, torch.tensor([0, 0, 1], device="meta"))
+    assert called == ["meta"]
+    select_rows(DynamicCache(), torch.tensor([0, 0, 1]))
+    assert called == ["meta"]  # on CPU its own path

@@ -47,7 +47,12 @@ def select_rows(cache: DynamicCache, rows: torch.Tensor) -> None:
     accumulation, done with parallel atomic adds once a layer's cache holds 32,768 elements or more and torch runs 2
     threads: the rows' gradients reach their shared prompt summed in a different order each run (last-bit
     differences; two runs of the SmolLM2 demo's step 2 differed in 265 of 272 gradients, which moved its later samples
-    apart). `index_select`'s backward is `index_add_`, which adds the rows one after another."""
+    apart). On CPU `index_select` is used: its backward `index_add_` adds the rows one after another. On CUDA it is
+    the other way round (`index_add_` uses atomics, `index_put_` sorts its indices: torch's list of nondeterministic
+    operations), so there transformers' selection is kept."""
+    if rows.device.type != "cpu":
+        cache.batch_select_indices(rows)
+        return
     for layer in cache.layers:
         keys = getattr(layer, "keys", None)
         if type(layer) is DynamicLayer and keys is not None and keys.numel() > 0:
