@@ -127,16 +127,27 @@ def write_complete_checkpoint(
     return folder
 
 
+def _torch_threads(count: int):
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def one_torch_thread():
     """One torch thread in this process for the test: the tiny model gains nothing from threads, and on a shared CPU
     extra threads only contend (~10x slower). Restored after the test."""
-    import torch
+    yield from _torch_threads(1)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+@pytest.fixture
+def two_torch_threads():
+    """Two torch threads in this process for the test, whatever the worker runs: what only happens with a second
+    thread (parallel kernels, their order of work). Restored after the test."""
+    yield from _torch_threads(2)
 
 
 @pytest.fixture

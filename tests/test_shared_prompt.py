@@ -127,16 +127,8 @@ def test_a_step_with_shared_prompts_trains_as_trls_forward_does(tiny_model_path,
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), name
 
 
-@pytest.fixture
-def two_threads():
-    """Torch at 2 intra-op threads for one test: CPU `index_put_` accumulates with parallel atomics only then."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_select_rows_is_transformers_selection_with_a_backward_that_repeats_its_bits(two_threads):
+def test_select_rows_is_transformers_selection_with_a_backward_that_repeats_its_bits(two_torch_threads):
+    # CPU `index_put_` (the indexing's backward) accumulates with parallel atomics only at 2 threads or more.
     from transformers import DynamicCache
 
     from drgrpo.algorithm.shared_prompt import select_rows
@@ -161,7 +153,7 @@ def test_select_rows_is_transformers_selection_with_a_backward_that_repeats_its_
     assert len(gradients) == 1
 
 
-def test_the_shared_forward_gives_the_same_gradients_every_time_at_two_threads(fused_tiny, two_threads):
+def test_the_shared_forward_gives_the_same_gradients_every_time_at_two_threads(fused_tiny, two_torch_threads):
     """16 rows on 2 prompts of 65 tokens: each layer's selected cache holds 65,536 keys, past the size where the
     index's backward went parallel (two runs of the SmolLM2 demo's step 2 differed in 265 of 272 gradients)."""
     model = fused_tiny

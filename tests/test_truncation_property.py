@@ -199,18 +199,9 @@ def cases(estimator: str | None, generator: torch.Generator):
         yield config
 
 
-@pytest.fixture
-def one_thread():
-    """Small tensors: a second intra-op thread only waits for a busy core (drgrpo/core/threads.py)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("missing", [False, True], ids=["all scored", "missing scores"])
 @pytest.mark.parametrize("estimator", [None, *KL_ESTIMATORS], ids=["no KL", *(f"KL {k}" for k in KL_ESTIMATORS)])
-def test_no_truncated_completion_is_reinforced_above_one_that_ended(one_thread, estimator, missing):
+def test_no_truncated_completion_is_reinforced_above_one_that_ended(one_torch_thread, estimator, missing):
     generator = torch.Generator().manual_seed(zlib.crc32(f"{estimator}-{missing}".encode()))
     broken, checked = [], 0
     for config in cases(estimator, generator):
