@@ -7,7 +7,7 @@ weight gradient): the largest share of what a loss forward keeps (measured on th
 `gate` and `up` are kept: `silu(gate)` and the product are computed again in the backward from them, elementwise (a
 small fraction of the layer's matrix products), with the same kernels autograd calls (`silu`, `mul`,
 `silu_backward`), so every gradient is bit-identical to the stock forward's (tested: float32, bf16 autocast, LoRA;
-and every gradient of 3 SmolLM2 demo steps, docs/demo.md).
+and all 272 gradients of two SmolLM2 demo steps, docs/demo.md).
 
 `down_proj` is any module (peft's LoRA layer, DeepSpeed's hooks, a packed layer): it still receives the product and
 saves whatever it saves; a saved-tensor hook only replaces its copy of the product (or a view of it) by a note to
